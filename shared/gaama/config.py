@@ -1,0 +1,163 @@
+"""Settings, read once from ``GAAMA_*`` environment variables and validated at start-up.
+
+Build them in a service's ``main()`` with :func:`load_settings` and pass them down; nothing in the
+core reads the environment at import time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from gaama.errors import ConfigError
+
+
+class ApiKey(BaseModel):
+    """One API key: only its SHA-256 is stored; the tenant it maps to; whether it is disabled."""
+
+    key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+    tenant: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    disabled: bool = False
+
+
+def hash_api_key(key: str) -> str:
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+class RetrievalSettings(BaseModel):
+    """The paper's retrieval defaults (ARCHITECTURE.md §1); each overridable per request."""
+
+    pool_min: int = Field(80, ge=1, le=2000)
+    seeds: int = Field(40, ge=1, le=500)
+    hops: int = Field(2, ge=0, le=4)
+    alpha: float = Field(0.6, gt=0.0, lt=1.0)  # follow probability; restart = 1 - alpha
+    max_iter: int = Field(100, ge=1, le=1000)
+    tol: float = Field(1e-6, gt=0.0, le=1e-2)
+    hub_degree: int = Field(50, ge=1)
+    hub_dampening: float = Field(0.5, ge=0.0, le=1.0)
+    w_ppr: float = Field(0.1, ge=0.0, le=10.0)
+    w_sim: float = Field(1.0, ge=0.0, le=10.0)
+    budget_words: int = Field(1000, ge=10, le=20000)
+    cap_facts: int = Field(60, ge=0, le=1000)
+    cap_reflections: int = Field(20, ge=0, le=1000)
+    cap_episodes: int = Field(80, ge=0, le=1000)
+    max_expanded: int = Field(4000, ge=10, le=100000)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="GAAMA_", env_nested_delimiter="__", extra="ignore", validate_default=True
+    )
+
+    # --- servers ---------------------------------------------------------------------------
+    redis_url: str = "redis://127.0.0.1:6390/0"
+    kafka_bootstrap: str = "127.0.0.1:9093"
+    topic_partitions: int = Field(4, ge=1, le=1024)
+    topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.\-]*$")  # tests isolate topics with it
+    index_name: str = Field("gaama-idx", pattern=r"^[A-Za-z0-9_\-]+$")
+    key_prefix: str = Field("gaama", pattern=r"^[A-Za-z0-9_\-]+$")
+
+    # --- embeddings --------------------------------------------------------------------------
+    embedder: Literal["minilm", "openai"] = "minilm"
+    embed_model: str = "all-MiniLM-L6-v2"
+    embed_dim: int = Field(384, ge=8, le=8192)
+    embed_batch: int = Field(64, ge=1, le=2048)
+
+    # --- LLM (any OpenAI-compatible endpoint); all unset = offline extractor ----------------
+    llm_base_url: str | None = None
+    llm_model: str | None = None
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(60.0, gt=0, le=600)
+    llm_max_retries: int = Field(4, ge=0, le=20)
+    llm_concurrency: int = Field(4, ge=1, le=256)
+    llm_cassette: str | None = None  # JSONL path for record/replay
+    llm_cassette_mode: Literal["off", "record", "replay"] = "off"
+    openai_embed_model: str = "text-embedding-3-small"
+
+    # --- ingest ------------------------------------------------------------------------------
+    turn_max_chars: int = Field(8000, ge=1, le=1_000_000)
+    ingest_batch: int = Field(64, ge=1, le=4096)
+    ingest_batch_window_s: float = Field(0.2, gt=0, le=30)
+
+    # --- extraction --------------------------------------------------------------------------
+    chunk_words: int = Field(500, ge=20, le=10000)
+    chunk_idle_s: float = Field(30.0, gt=0, le=86400)
+    context_episodes: int = Field(10, ge=0, le=100)
+    context_concepts: int = Field(5, ge=0, le=100)
+    context_words: int = Field(2000, ge=100, le=50000)
+    concept_merge_similarity: float = Field(0.9, gt=0, le=1)
+    concept_merge_fuzz: float = Field(92.0, gt=0, le=100)
+    fact_dedupe_similarity: float = Field(0.95, gt=0, le=1)
+    reflection_dedupe_similarity: float = Field(0.93, gt=0, le=1)
+    max_retries: int = Field(3, ge=0, le=20)
+    retry_backoff_s: float = Field(0.5, ge=0, le=60)
+
+    # --- HTTP / auth -------------------------------------------------------------------------
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    http_host: str = "127.0.0.1"
+    ingest_port: int = Field(8081, ge=1, le=65535)
+    extract_port: int = Field(8082, ge=1, le=65535)
+    reflect_port: int = Field(8083, ge=1, le=65535)
+    query_port: int = Field(8084, ge=1, le=65535)
+    query_max_chars: int = Field(2000, ge=1, le=100000)
+
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_scheme(cls, v: str) -> str:
+        if not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _bootstrap(cls, v: str) -> str:
+        for hp in v.split(","):
+            host, _, port = hp.strip().removeprefix("kafka://").rpartition(":")
+            if not host or not port.isdigit():
+                raise ValueError(f"expected host:port[,host:port...], got {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _llm_complete(self) -> Settings:
+        parts = {"GAAMA_LLM_BASE_URL": self.llm_base_url, "GAAMA_LLM_MODEL": self.llm_model}
+        given = [k for k, v in parts.items() if v]
+        if given and len(given) != len(parts):
+            missing = sorted(set(parts) - set(given))
+            raise ValueError(f"an LLM needs both GAAMA_LLM_BASE_URL and GAAMA_LLM_MODEL; "
+                             f"missing {', '.join(missing)}")
+        if self.llm_cassette_mode != "off" and not self.llm_cassette:
+            raise ValueError("GAAMA_LLM_CASSETTE_MODE is set but GAAMA_LLM_CASSETTE is not")
+        return self
+
+    @property
+    def llm_enabled(self) -> bool:
+        return bool(self.llm_base_url and self.llm_model) or self.llm_cassette_mode == "replay"
+
+    @property
+    def kafka_bootstrap_servers(self) -> str:
+        return ",".join(h.strip().removeprefix("kafka://") for h in self.kafka_bootstrap.split(","))
+
+    def tenant_for_key(self, key: str) -> ApiKey | None:
+        digest = hash_api_key(key)
+        for k in self.api_keys:
+            if k.key_sha256 == digest:
+                return k
+        return None
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build settings from the environment; raise :class:`ConfigError` naming each bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors():
+            loc = "__".join(str(p) for p in err["loc"]) if err["loc"] else ""
+            var = f"GAAMA_{loc.upper()}" if loc else "GAAMA settings"
+            problems.append(f"{var}: {err['msg']}")
+        raise ConfigError("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,80 @@
+"""Errors raised by GAAMA.
+
+The tree::
+
+    GaamaError                      base of everything we raise on purpose
+    ├── RetryableError              transient: retry with backoff, then dead-letter
+    │   ├── StoreUnavailable        Redis did not answer in time / connection lost
+    │   ├── LLMTransientError       429, 5xx, timeouts, connection errors from the LLM
+    │   └── BrokerUnavailable       Kafka-compatible broker unreachable
+    └── PermanentError              retrying cannot help: dead-letter at once
+        ├── ValidationError         bad input (HTTP body, Kafka message, config)
+        ├── LLMOutputError          LLM output that stays malformed after repair attempts
+        ├── CassetteMiss            replay mode and the request is not in the cassette
+        ├── ConfigError             invalid or missing setting (names the variable)
+        ├── NotFound                a node that does not exist *for this tenant*
+        └── DimensionMismatch       embedder dimension differs from the vector index
+
+Every class carries a ``retryable`` flag so generic wrappers never need ``isinstance``
+chains (the habit of aiokafka's ``errors.py``).
+"""
+
+from __future__ import annotations
+
+
+class GaamaError(Exception):
+    """Base class of every error GAAMA raises on purpose."""
+
+    retryable: bool = False
+    reason: str = "error"
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        super().__init__(message)
+        if reason is not None:
+            self.reason = reason
+
+
+class RetryableError(GaamaError):
+    retryable = True
+    reason = "transient"
+
+
+class PermanentError(GaamaError):
+    retryable = False
+    reason = "permanent"
+
+
+class StoreUnavailable(RetryableError):
+    reason = "store_unavailable"
+
+
+class LLMTransientError(RetryableError):
+    reason = "llm_transient"
+
+
+class BrokerUnavailable(RetryableError):
+    reason = "broker_unavailable"
+
+
+class ValidationError(PermanentError):
+    reason = "invalid"
+
+
+class LLMOutputError(PermanentError):
+    reason = "llm_output"
+
+
+class CassetteMiss(PermanentError):
+    reason = "cassette_miss"
+
+
+class ConfigError(PermanentError):
+    reason = "config"
+
+
+class NotFound(PermanentError):
+    reason = "not_found"
+
+
+class DimensionMismatch(PermanentError):
+    reason = "dimension_mismatch"

@@ -1,0 +1,182 @@
+"""Event records, one contract per topic.
+
+Every topic carries JSON-encoded pydantic records; :func:`encode` / :func:`decode` are the single
+codec (the services wrap them in a faust codec, so the core never imports faust). Keys are
+``"<tenant>/<conversation>"`` for turns and episodes, so one conversation lives in one partition
+and its order is kept. Every topic has a ``.dlq`` twin carrying :class:`DeadLetter` records.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from gaama.errors import ValidationError
+
+TOPIC_TURNS = "gaama.turns.v1"
+TOPIC_EPISODES = "gaama.episodes.v1"
+TOPIC_FACTS = "gaama.facts.v1"
+TOPICS = (TOPIC_TURNS, TOPIC_EPISODES, TOPIC_FACTS)
+
+
+def dlq(topic: str) -> str:
+    return f"{topic}.dlq"
+
+
+def topic_name(base: str, prefix: str = "") -> str:
+    """Physical topic name; ``prefix`` isolates test runs and environments sharing a broker."""
+    return f"{prefix}{base}"
+
+
+Tenant = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+Ident = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")]
+
+
+class Event(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    schema_version: Literal[1] = 1
+
+
+def parse_time(value: str | float | int | datetime) -> datetime:
+    """An aware UTC datetime from ISO 8601 or epoch seconds; naive input is taken as UTC."""
+    if isinstance(value, datetime):
+        dt = value
+    elif isinstance(value, int | float):
+        if not 0 <= value < 32503680000:
+            raise ValueError(f"epoch seconds out of range: {value}")
+        dt = datetime.fromtimestamp(value, tz=UTC)
+    else:
+        try:
+            dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+        except ValueError:
+            raise ValueError(f"not an ISO 8601 timestamp: {value!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=UTC)
+    return dt.astimezone(UTC)
+
+
+class TurnReceived(Event):
+    """A conversation turn as a producer sends it (topic ``gaama.turns.v1``)."""
+
+    tenant: Tenant
+    conversation: Ident
+    turn_id: Ident
+    speaker: Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
+    text: Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]
+    timestamp: datetime
+    subject: str = ""
+    image_caption: str = ""
+    end_of_session: bool = False
+
+    @field_validator("timestamp", mode="before")
+    @classmethod
+    def _ts(cls, v: Any) -> datetime:
+        return parse_time(v)
+
+    def episode_text(self) -> str:
+        """The verbatim episode text: ``"[<session time>] <speaker>: <text>"``."""
+        stamp = self.timestamp.strftime("%-I:%M %p on %-d %B, %Y")
+        text = f"[{stamp}] {self.speaker}: {self.text}"
+        if self.image_caption:
+            text += f" [shares a photo of {self.image_caption}]"
+        return text
+
+
+class EpisodeStored(Event):
+    """An episode is in Redis (topic ``gaama.episodes.v1``)."""
+
+    tenant: Tenant
+    conversation: Ident
+    episode_id: str
+    turn_id: Ident
+    speaker: str
+    text: str  # the episode text as stored
+    raw_text: str  # what the speaker said, without the time prefix
+    timestamp: datetime
+    subject: str = ""
+    end_of_session: bool = False
+
+
+class FactsExtracted(Event):
+    """A chunk was extracted (topic ``gaama.facts.v1``); the reflect service consumes it."""
+
+    tenant: Tenant
+    conversation: Ident
+    chunk_id: str
+    fact_ids: list[str]
+    new_fact_ids: list[str] = Field(default_factory=list)
+    concept_ids: list[str] = Field(default_factory=list)
+    extractor: str = "offline"
+
+
+class DeadLetter(Event):
+    """A message that could not be processed, with the reason (topics ``*.dlq``)."""
+
+    source_topic: str
+    partition: int | None = None
+    offset: int | None = None
+    key: str | None = None
+    value_b64: str
+    reason: str
+    error: str
+    service: str
+    failed_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+
+    @classmethod
+    def of(cls, *, source_topic: str, value: bytes, reason: str, error: str, service: str,
+           key: bytes | str | None = None, partition: int | None = None,
+           offset: int | None = None) -> DeadLetter:
+        if isinstance(key, bytes):
+            key = key.decode("utf-8", "replace")
+        return cls(source_topic=source_topic, partition=partition, offset=offset, key=key,
+                   value_b64=base64.b64encode(value).decode("ascii"), reason=reason,
+                   error=error[:2000], service=service)
+
+    def original_value(self) -> bytes:
+        return base64.b64decode(self.value_b64)
+
+
+E = TypeVar("E", bound=Event)
+
+
+def encode(event: Event) -> bytes:
+    return event.model_dump_json().encode("utf-8")
+
+
+def decode(cls: type[E], raw: bytes | str) -> E:
+    """Parse ``raw`` as ``cls``; raise :class:`ValidationError` saying what is wrong."""
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValidationError(f"{cls.__name__}: not valid JSON ({exc})") from None
+    try:
+        return cls.model_validate(data)
+    except PydanticValidationError as exc:
+        raise ValidationError(f"{cls.__name__}: {describe(exc)}") from None
+
+
+def describe(exc: PydanticValidationError) -> str:
+    """One line per problem: ``field: message``."""
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
+    )
+
+
+def conversation_key(tenant: str, conversation: str) -> bytes:
+    return f"{tenant}/{conversation}".encode()
+
+
+def split_key(key: bytes | str | None) -> tuple[str, str]:
+    """``(tenant, conversation)`` from a message key; raise ValidationError when malformed."""
+    if key is None:
+        raise ValidationError("message has no key; expected '<tenant>/<conversation>'")
+    s = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    tenant, sep, conv = s.partition("/")
+    if not sep or not tenant or not conv:
+        raise ValidationError(f"malformed key {s!r}; expected '<tenant>/<conversation>'")
+    return tenant, conv

@@ -1,0 +1,86 @@
+"""The typed memory graph: node kinds, edge kinds and their default weights (paper §3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class NodeKind(StrEnum):
+    EPISODE = "episode"
+    FACT = "fact"
+    CONCEPT = "concept"
+    REFLECTION = "reflection"
+    # Entities exist only for the HippoRAG-style baseline in the LoCoMo harness; the GAAMA
+    # graph itself uses concepts instead (no mega-hubs).
+    ENTITY = "entity"
+
+
+class EdgeKind(StrEnum):
+    NEXT = "NEXT"
+    DERIVED_FROM = "DERIVED_FROM"
+    DERIVED_FROM_FACT = "DERIVED_FROM_FACT"
+    HAS_CONCEPT = "HAS_CONCEPT"
+    ABOUT_CONCEPT = "ABOUT_CONCEPT"
+    MENTIONS = "MENTIONS"  # baseline only: passage/fact -> entity
+
+
+#: Type weight of each edge kind (ARCHITECTURE.md §1).
+EDGE_TYPE_WEIGHTS: dict[EdgeKind, float] = {
+    EdgeKind.NEXT: 0.8,
+    EdgeKind.DERIVED_FROM: 0.8,
+    EdgeKind.HAS_CONCEPT: 0.8,
+    EdgeKind.ABOUT_CONCEPT: 0.8,
+    EdgeKind.DERIVED_FROM_FACT: 0.5,
+    EdgeKind.MENTIONS: 1.0,
+}
+
+#: Which node kinds each edge kind connects (from, to); the store rejects anything else.
+EDGE_ENDPOINTS: dict[EdgeKind, tuple[NodeKind, NodeKind]] = {
+    EdgeKind.NEXT: (NodeKind.EPISODE, NodeKind.EPISODE),
+    EdgeKind.DERIVED_FROM: (NodeKind.FACT, NodeKind.EPISODE),
+    EdgeKind.DERIVED_FROM_FACT: (NodeKind.REFLECTION, NodeKind.FACT),
+    EdgeKind.HAS_CONCEPT: (NodeKind.EPISODE, NodeKind.CONCEPT),
+    EdgeKind.ABOUT_CONCEPT: (NodeKind.FACT, NodeKind.CONCEPT),
+    EdgeKind.MENTIONS: (NodeKind.EPISODE, NodeKind.ENTITY),
+}
+
+
+@dataclass(slots=True)
+class Node:
+    """A node of one tenant's graph. ``vector`` is float32 bytes-compatible when present."""
+
+    id: str
+    tenant: str
+    kind: NodeKind
+    text: str
+    time: float = 0.0  # epoch seconds (session time of the source turn)
+    conversation: str = ""
+    subject: str = ""
+    turn_id: str = ""  # external id of the turn (episodes only)
+    speaker: str = ""
+    belief: float = 1.0
+    vector: list[float] | None = None
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Edge:
+    src: str
+    dst: str
+    kind: EdgeKind
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.weight <= 1.0:
+            raise ValueError(f"edge weight must be in (0, 1], got {self.weight}")
+
+
+@dataclass(frozen=True, slots=True)
+class Neighbour:
+    """One adjacency entry as the store returns it."""
+
+    node: str
+    kind: EdgeKind
+    outgoing: bool  # True when the edge points from the owner to ``node``
+    weight: float

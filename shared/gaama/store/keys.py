@@ -1,0 +1,50 @@
+"""The Redis key layout. Only the store modules know it.
+
+Every key of a tenant carries the tenant as a cluster hash tag, so one tenant's keys share a slot
+(multi-key transactions and Lua scripts stay legal on Redis Cluster)::
+
+    <p>:node:{<tenant>}:<id>          hash: the node (and, for the vector index, its embedding)
+    <p>:adj:{<tenant>}:<id>           hash: neighbour id -> "<EDGE_KIND>|o|<w>" or "...|i|<w>"
+    <p>:chain:{<tenant>}:<conv>       zset: episode ids of a conversation scored by position
+    <p>:tail:{<tenant>}:<conv>        string: last episode id of the conversation
+    <p>:state:{<tenant>}:<name>       pipeline state (open chunks, dedupe markers)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Keys:
+    prefix: str = "gaama"
+
+    @property
+    def node_prefix(self) -> str:
+        """The vector index covers exactly the keys starting with this."""
+        return f"{self.prefix}:node:"
+
+    def node(self, tenant: str, node_id: str) -> str:
+        return f"{self.prefix}:node:{{{tenant}}}:{node_id}"
+
+    def adj(self, tenant: str, node_id: str) -> str:
+        return f"{self.prefix}:adj:{{{tenant}}}:{node_id}"
+
+    def adj_prefix(self, tenant: str) -> str:
+        return f"{self.prefix}:adj:{{{tenant}}}:"
+
+    def chain(self, tenant: str, conversation: str) -> str:
+        return f"{self.prefix}:chain:{{{tenant}}}:{conversation}"
+
+    def tail(self, tenant: str, conversation: str) -> str:
+        return f"{self.prefix}:tail:{{{tenant}}}:{conversation}"
+
+    def state(self, tenant: str, *name: str) -> str:
+        return f"{self.prefix}:state:{{{tenant}}}:" + ":".join(name)
+
+    def tenant_patterns(self, tenant: str) -> list[str]:
+        return [f"{self.prefix}:{kind}:{{{tenant}}}:*"
+                for kind in ("node", "adj", "chain", "tail", "state")]
+
+    def id_from_node_key(self, key: str) -> str:
+        return key.rsplit(":", 1)[1]
