@@ -165,11 +165,23 @@ def _night(offset: int, part: str) -> Callable[[re.Match[str], datetime], str]:
     return handler
 
 
+def _weekend_saturday(today: date, rel: str) -> date:
+    """Saturday of "this" or "next" weekend as seen from ``today``."""
+    weekday = today.weekday()
+    if weekday >= 5:
+        # Said during a weekend: "this weekend" is the current one, "next" the following.
+        saturday = today - timedelta(days=weekday - 5)
+        return saturday + timedelta(days=7) if rel == "next" else saturday
+    return today + timedelta(days=5 - weekday)
+
+
 def _week(match: re.Match[str], ref: datetime) -> str:
     rel = match.group("rel").lower()
     unit = match.group("unit").lower()
     anchor = format_day(ref.date())
-    if rel == "last" or rel == "past":
+    if unit == "weekend" and rel in ("this", "next", "coming"):
+        body = f"the weekend of {format_day(_weekend_saturday(ref.date(), rel))}"
+    elif rel == "last" or rel == "past":
         body = f"the {unit} before {anchor}"
     elif rel == "next" or rel == "coming":
         body = f"the {unit} after {anchor}"
@@ -254,8 +266,8 @@ _RULES: tuple[_Rule, ...] = (
     (_rx(_PREP + r"\btoday\b"), _simple_day(0)),
     (_rx(_PREP + r"\bthe other day\b"), lambda m, r: f"a few days before {format_day(r.date())}"),
     (_rx(_PREP + r"\b(?P<rel>last|past|this|next|coming)\s+(?P<unit>week|weekend)\b"), _week),
-    (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|past|this|next|coming)\s+month\b"), _month),
-    (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|past|this|next|coming)\s+year\b"), _year),
+    (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|this|next|coming)\s+month\b"), _month),
+    (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|this|next|coming)\s+year\b"), _year),
     (_rx(_PREP + r"\b(?P<rel>last|this|next|coming)\s+" + _WD + r"\b"), _weekday),
     (_rx(_PREP + r"\b(?P<rel>last|this|next)\s+" + _SEASON + r"\b"), _season),
     (_rx(r"\b(?P<qtyunit>" + _QTY + r"\s+" + _UNIT + r")\s+ago\b"), _ago),
@@ -307,6 +319,8 @@ def resolve_relative_dates(text: str, ref: datetime) -> DateResolution:
             replacements.append((match.group(0).strip(), new))
             # Keep the whitespace the optional preposition group swallowed at the start.
             lead = match.group(0)[: len(match.group(0)) - len(match.group(0).lstrip())]
+            if match.start() == 0 and not lead:
+                new = new[:1].upper() + new[1:]
             return lead + new
 
         text = pattern.sub(substitute, text)

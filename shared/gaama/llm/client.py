@@ -33,7 +33,6 @@ from gaama.config import Settings
 from gaama.errors import (
     CassetteMiss,
     ConfigError,
-    GaamaError,
     LLMOutputError,
     LLMTransientError,
 )
@@ -244,7 +243,8 @@ class LLMClient:
         async with self._sem:
             try:
                 answer = await self._with_retries(stage, system, user, schema, schema_name)
-            except GaamaError:
+            except Exception:
+                # Counted, never swallowed: the caller's retry/dead-letter path decides.
                 self._metrics.calls.labels(self.model, "error").inc()
                 raise
         self._metrics.calls.labels(self.model, "ok").inc()
@@ -291,7 +291,12 @@ class LLMClient:
                 transient_failures += 1
                 log.warning(
                     "LLM %s (%s): %s (%s); retry %d/%d in %.2fs",
-                    self.model, stage, exc.reason, exc, transient_failures, self._max_retries,
+                    self.model,
+                    stage,
+                    exc.reason,
+                    exc,
+                    transient_failures,
+                    self._max_retries,
                     delay,
                 )
                 await asyncio.sleep(delay)
@@ -305,7 +310,11 @@ class LLMClient:
                 output_failures += 1
                 log.warning(
                     "LLM %s (%s): malformed output (%s); asking again (%d/%d)",
-                    self.model, stage, exc, output_failures, self._output_retries,
+                    self.model,
+                    stage,
+                    exc,
+                    output_failures,
+                    self._output_retries,
                 )
 
     def _messages(
@@ -364,11 +373,16 @@ class LLMClient:
                     self._format = "json_object" if fmt == "json_schema" else "text"
                     log.warning(
                         "LLM %s rejected response_format %s (%s); using %s from now on",
-                        self.model, fmt, exc, self._format,
+                        self.model,
+                        fmt,
+                        exc,
+                        self._format,
                     )
                     continue
                 self._metrics.failures.labels("other").inc()
-                raise LLMOutputError(f"LLM {self.model} ({stage}) rejected the request: {exc}")
+                raise LLMOutputError(
+                    f"LLM {self.model} ({stage}) rejected the request: {exc}"
+                ) from exc
             except openai.APIStatusError as exc:
                 raise self._classify_status(stage, exc) from exc
             finally:
@@ -419,7 +433,10 @@ class LLMClient:
             raise _BadOutput(str(exc)) from exc
         log.debug(
             "LLM %s (%s) answered in %s mode, tokens in=%s out=%s",
-            self.model, stage, self._format,
-            getattr(usage, "prompt_tokens", None), getattr(usage, "completion_tokens", None),
+            self.model,
+            stage,
+            self._format,
+            getattr(usage, "prompt_tokens", None),
+            getattr(usage, "completion_tokens", None),
         )
         return answer

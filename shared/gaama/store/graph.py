@@ -196,6 +196,14 @@ class GraphStore:
         rows = await self._run(pipe)
         return {i: int(d) for i, d in zip(ids, rows, strict=True)}
 
+    async def existing(self, tenant: str, ids: Sequence[str]) -> set[str]:
+        """The subset of ``ids`` stored for ``tenant`` (one round trip)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for i in ids:
+            pipe.exists(self.keys.node(tenant, i))
+        rows = await self._run(pipe)
+        return {i for i, e in zip(ids, rows, strict=True) if e}
+
     async def exists(self, tenant: str, node_id: str) -> bool:
         return bool(await self.redis.exists(self.keys.node(tenant, node_id)))
 

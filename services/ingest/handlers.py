@@ -1,0 +1,166 @@
+"""Ingest: turns → episodes.
+
+Consumes ``gaama.turns.v1`` (key ``<tenant>/<conversation>``), produces ``gaama.episodes.v1``
+(same key) and dead-letters to ``gaama.turns.v1.dlq``. Each turn becomes one Episode node with
+its vector and a NEXT edge from the previous turn of its conversation, written atomically; a
+redelivered turn changes nothing, and its EpisodeStored event is published again (downstream is
+idempotent, and a crash between the write and the publish must not lose the event).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ValidationError as PydanticValidationError
+
+from gaama import ids
+from gaama.config import Settings
+from gaama.embed import Embedder
+from gaama.errors import ValidationError
+from gaama.events import (
+    TOPIC_EPISODES,
+    EpisodeStored,
+    TurnReceived,
+    conversation_key,
+    decode,
+    describe,
+    parse_time,
+    split_key,
+)
+from gaama.model import Node, NodeKind
+from gaama.store.graph import GraphStore
+from services.runtime.records import BatchResult, Failure, Outgoing, Record
+
+
+@dataclass
+class IngestDeps:
+    settings: Settings
+    graph: GraphStore
+    embedder: Embedder
+
+
+def validate_turn(record: Record, settings: Settings) -> TurnReceived:
+    """Decode a consumed turn and check it against its key; raise ValidationError saying why."""
+    turn = decode(TurnReceived, record.value)
+    tenant, conversation = split_key(record.key)
+    if (tenant, conversation) != (turn.tenant, turn.conversation):
+        raise ValidationError(
+            f"key {tenant}/{conversation} does not match the body's "
+            f"{turn.tenant}/{turn.conversation}", reason="tenant_mismatch")
+    if len(turn.text) > settings.turn_max_chars:
+        raise ValidationError(f"text has {len(turn.text)} characters; the limit is "
+                              f"{settings.turn_max_chars} (GAAMA_TURN_MAX_CHARS)",
+                              reason="too_large")
+    return turn
+
+
+def episode_node(turn: TurnReceived, vector: list[float] | None = None) -> Node:
+    return Node(
+        id=ids.episode_id(turn.tenant, turn.conversation, turn.turn_id), tenant=turn.tenant,
+        kind=NodeKind.EPISODE, text=turn.episode_text(), time=turn.timestamp.timestamp(),
+        conversation=turn.conversation, subject=turn.subject, turn_id=turn.turn_id,
+        speaker=turn.speaker, vector=vector, extra={"raw": turn.text},
+    )
+
+
+async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
+    """Store a batch of turns in arrival order (which is turn order per conversation)."""
+    result = BatchResult()
+    turns: list[tuple[Record, TurnReceived]] = []
+    for record in batch:
+        try:
+            turns.append((record, validate_turn(record, deps.settings)))
+        except ValidationError as exc:
+            result.failed.append(Failure(record, exc.reason, str(exc)))
+    if not turns:
+        return result
+    nodes = [episode_node(t) for _, t in turns]
+    # Embed only what is new: a redelivered batch costs one pipeline of EXISTS, no model time.
+    present = await _existing(deps.graph, nodes)
+    todo = [i for i, n in enumerate(nodes) if n.id not in present]
+    if todo:
+        vectors = await deps.embedder.embed([nodes[i].text for i in todo])
+        for row, i in enumerate(todo):
+            nodes[i].vector = vectors[row].tolist()
+    for (_, turn), node in zip(turns, nodes, strict=True):
+        if node.vector is not None and await deps.graph.append_episode(node):
+            result.stored["episode"] += 1
+        result.out.append(Outgoing(TOPIC_EPISODES, conversation_key(turn.tenant, turn.conversation),
+                                   EpisodeStored(
+            tenant=turn.tenant, conversation=turn.conversation, episode_id=node.id,
+            turn_id=turn.turn_id, speaker=turn.speaker, text=node.text, raw_text=turn.text,
+            timestamp=turn.timestamp, subject=turn.subject, end_of_session=turn.end_of_session)))
+    return result
+
+
+async def _existing(graph: GraphStore, nodes: list[Node]) -> set[str]:
+    out: set[str] = set()
+    by_tenant: dict[str, list[str]] = {}
+    for n in nodes:
+        by_tenant.setdefault(n.tenant, []).append(n.id)
+    for tenant, node_ids in by_tenant.items():
+        out |= await graph.existing(tenant, node_ids)
+    return out
+
+
+# --- HTTP: POST /v1/turns ------------------------------------------------------------------
+
+MAX_TURNS_PER_REQUEST = 1000
+
+
+class TurnIn(BaseModel):
+    """One turn in an HTTP request. The tenant comes from the API key, never from here."""
+
+    model_config = ConfigDict(extra="forbid")
+    conversation: str = Field(min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")
+    turn_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")
+    speaker: str = Field(min_length=1, max_length=200)
+    text: str
+    timestamp: str | float
+    subject: str = Field("", max_length=200)
+    image_caption: str = Field("", max_length=2000)
+    end_of_session: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _text(cls, v: str) -> str:
+        if not v.strip():
+            raise ValueError("text is empty")
+        return v
+
+    @field_validator("timestamp")
+    @classmethod
+    def _ts(cls, v: str | float) -> str | float:
+        parse_time(v)
+        return v
+
+
+class TurnsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
+
+
+def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[TurnReceived]:
+    """Validate a POST /v1/turns body (one turn or ``{"turns": [...]}``) for ``tenant``."""
+    if isinstance(body, dict) and "turns" not in body:
+        body = {"turns": [body]}
+    try:
+        req = TurnsIn.model_validate(body)
+    except PydanticValidationError as exc:
+        raise ValidationError(describe(exc)) from None
+    out = []
+    for i, t in enumerate(req.turns):
+        if len(t.text) > settings.turn_max_chars:
+            raise ValidationError(f"turns.{i}.text: {len(t.text)} characters; the limit is "
+                                  f"{settings.turn_max_chars}", reason="too_large")
+        turn_id = t.turn_id or ids.derived_turn_id(str(t.timestamp), t.speaker, t.text)
+        try:
+            out.append(TurnReceived(tenant=tenant, conversation=t.conversation, turn_id=turn_id,
+                                    speaker=t.speaker, text=t.text, timestamp=t.timestamp,
+                                    subject=t.subject, image_caption=t.image_caption,
+                                    end_of_session=t.end_of_session))
+        except PydanticValidationError as exc:
+            raise ValidationError(f"turns.{i}: {describe(exc)}") from None
+    return out

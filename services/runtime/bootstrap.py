@@ -1,0 +1,70 @@
+"""Start-up shared by the services: Redis stores, the index check, and running a faust worker."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import faust
+import redis.asyncio as aioredis
+from redis.exceptions import RedisError
+
+from gaama.config import Settings
+from gaama.errors import GaamaError
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+
+log = logging.getLogger("gaama.runtime")
+
+
+@dataclass
+class Stores:
+    redis: aioredis.Redis
+    graph: GraphStore
+    index: VectorIndex
+
+    async def ready(self) -> str | None:
+        """None when Redis answers and the vector index exists; else the reason."""
+        try:
+            await asyncio.wait_for(self.redis.ping(), 2)
+        except (RedisError, OSError, TimeoutError) as exc:
+            return f"Redis unreachable: {exc}"
+        if not await self.index.ready():
+            return f"vector index {self.index.name!r} missing"
+        return None
+
+    async def aclose(self) -> None:
+        await self.redis.aclose()
+
+
+async def ensure_index(settings: Settings, dim: int) -> None:
+    """Create the vector index if needed (a short-lived client: the service's own client must
+    only ever be used on the service's event loop)."""
+    client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10)
+    try:
+        await VectorIndex(client, settings.index_name, dim, Keys(settings.key_prefix)).ensure()
+    finally:
+        await client.aclose()
+
+
+def connect_stores(settings: Settings, dim: int) -> Stores:
+    asyncio.run(ensure_index(settings, dim))
+    client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10,
+                                     socket_connect_timeout=5, health_check_interval=30)
+    keys = Keys(settings.key_prefix)
+    return Stores(client, GraphStore(client, keys),
+                  VectorIndex(client, settings.index_name, dim, keys))
+
+
+def run_worker(app: faust.App, stores: Stores, warm: Callable[[], None] | None = None) -> int:
+    if warm is not None:
+        warm()  # load the model before taking traffic, not on the first batch
+    try:
+        faust.Worker(app, loglevel="INFO").execute_from_commandline()
+    except GaamaError as exc:
+        log.error("stopped: %s", exc)
+        return 2
+    return 0

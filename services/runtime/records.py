@@ -1,0 +1,49 @@
+"""Plain records passed between the broker wiring and the handlers (no faust types leak)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from gaama.events import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One consumed message."""
+
+    topic: str
+    key: bytes | None
+    value: bytes
+    partition: int | None = None
+    offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outgoing:
+    """An event to publish: ``topic`` is the logical name (the runtime adds the prefix)."""
+
+    topic: str
+    key: bytes
+    event: Event
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A record the handler could not process, with the reason (goes to the DLQ)."""
+
+    record: Record
+    reason: str
+    error: str
+
+
+@dataclass
+class BatchResult:
+    out: list[Outgoing] = field(default_factory=list)
+    failed: list[Failure] = field(default_factory=list)
+    stored: Counter[str] = field(default_factory=Counter)  # node kind -> nodes written
+
+    def merge(self, other: BatchResult) -> None:
+        self.out += other.out
+        self.failed += other.failed
+        self.stored.update(other.stored)

@@ -1,0 +1,132 @@
+"""faust wiring shared by the consumer services: the app, the batch agent, health and metrics.
+
+The handlers never see faust: they take :class:`Record` batches and return events to publish.
+The agent here publishes them, then lets faust acknowledge the batch, so offsets are committed
+only after Redis holds the writes and the broker holds the events (at-least-once).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+from prometheus_client import CollectorRegistry, generate_latest
+
+from gaama.config import Settings
+from gaama.events import DeadLetter, dlq, encode, topic_name
+from gaama.metrics import StageMetrics
+from services.runtime.policy import Handler, process_batch
+from services.runtime.records import BatchResult, Record
+
+log = logging.getLogger("gaama.runtime")
+
+ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+
+
+def make_app(service: str, settings: Settings, port: int) -> faust.App:
+    return faust.App(
+        f"{settings.topic_prefix}gaama-{service}",
+        broker=f"kafka://{settings.kafka_bootstrap_servers}",
+        key_serializer="raw",
+        value_serializer="raw",
+        web_host=settings.http_host,
+        web_port=port,
+        web_bind=settings.http_host,
+        producer_acks=-1,  # acks=all: an event is accepted only once the broker has it
+        topic_partitions=settings.topic_partitions,
+        topic_allow_declare=False,  # topics are created by `gaama dev up` / the deploy job
+        topic_disable_leader=True,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=1.0,
+        store="memory://",  # no Tables: pipeline state lives in Redis (ARCHITECTURE.md §3)
+        web_enabled=True,
+    )
+
+
+class Publisher:
+    """Sends handler output to the broker and waits until it is accepted."""
+
+    def __init__(self, app: faust.App, settings: Settings, service: str) -> None:
+        self.app = app
+        self.settings = settings
+        self.service = service
+        self._topics: dict[str, Any] = {}
+
+    def topic(self, base: str) -> Any:
+        if base not in self._topics:
+            self._topics[base] = self.app.topic(topic_name(base, self.settings.topic_prefix),
+                                                key_type=bytes, value_type=bytes,
+                                                value_serializer="raw", key_serializer="raw")
+        return self._topics[base]
+
+    async def publish(self, result: BatchResult, source_base: str) -> None:
+        futures = []
+        for o in result.out:
+            futures.append(await self.topic(o.topic).send(key=o.key, value=encode(o.event)))
+        for f in result.failed:
+            letter = DeadLetter.of(source_topic=f.record.topic, value=f.record.value,
+                                   key=f.record.key, partition=f.record.partition,
+                                   offset=f.record.offset, reason=f.reason, error=f.error,
+                                   service=self.service)
+            log.warning("dead-lettered %s[%s]@%s: %s: %s", f.record.topic, f.record.partition,
+                        f.record.offset, f.reason, f.error)
+            futures.append(await self.topic(dlq(source_base)).send(
+                key=f.record.key or b"", value=encode(letter)))
+        if futures:
+            await self.app.producer.flush()
+            for fut in futures:
+                await fut  # raises if the broker refused the record: the batch is not acked
+
+
+def consume(app: faust.App, *, service: str, source_base: str, settings: Settings,
+            handler: Handler, metrics: StageMetrics, publisher: Publisher, batch_size: int,
+            window_s: float) -> None:
+    """Bind ``handler`` to ``source_base`` as a batching faust agent."""
+    source = publisher.topic(source_base)
+
+    async def agent(stream: Any) -> None:
+        async for events in stream.take_events(batch_size, within=window_s):
+            records = [Record(topic=e.message.topic, key=e.key, value=e.value,
+                              partition=e.message.partition, offset=e.message.offset)
+                       for e in events]
+            t0 = time.perf_counter()
+            metrics.consumed.inc(len(records))
+            result = await process_batch(handler, records, max_retries=settings.max_retries,
+                                         backoff=settings.retry_backoff_s,
+                                         on_retry=metrics.retries.inc)
+            await publisher.publish(result, source_base)
+            for kind, n in result.stored.items():
+                metrics.stored.labels(kind).inc(n)
+            for f in result.failed:
+                metrics.dead_lettered.labels(f.reason).inc()
+            metrics.batch_seconds.observe(time.perf_counter() - t0)
+
+    agent.__name__ = f"{service}_agent"
+    app.agent(source, name=f"{service}.agent")(agent)
+
+
+def add_ops_pages(app: faust.App, registry: CollectorRegistry, ready: ReadyCheck) -> None:
+    """``/metrics``, ``/healthz`` (the process serves) and ``/readyz`` (dependencies answer)."""
+
+    @app.page("/metrics")
+    class Metrics(View):  # noqa: F841 - registered by the decorator
+        async def get(self, request: Request) -> Response:
+            # aiohttp refuses a charset inside content_type; Prometheus reads text/plain fine.
+            return self.bytes(generate_latest(registry), content_type="text/plain")
+
+    @app.page("/healthz")
+    class Health(View):  # noqa: F841
+        async def get(self, request: Request) -> Response:
+            return self.json({"status": "ok"})
+
+    @app.page("/readyz")
+    class Ready(View):  # noqa: F841
+        async def get(self, request: Request) -> Response:
+            reason = await ready()
+            if reason is None:
+                return self.json({"status": "ready"})
+            return self.json({"status": "not ready", "reason": reason}, status=503)

@@ -1,0 +1,414 @@
+"""The deterministic offline extractor: facts, concepts and reflections without an LLM.
+
+Used when no LLM endpoint is configured, and in CI. Same schema as the LLM extractor:
+
+- facts: one per informative, non-question sentence of a turn, first person rewritten to the
+  speaker's name ("you" to the other speaker when the chunk has exactly two), relative dates
+  resolved against the turn's time, and the day it was said appended when the sentence carries
+  no date of its own ("Melanie painted that lake sunrise (said on 8 May 2023).");
+- concepts: 1–3 YAKE-based labels per episode (see :mod:`gaama.extract.concepts`), reusing
+  existing labels when they are near-duplicates;
+- reflections: facts sharing a subject and a concept, combined into one sentence.
+
+All CPU work is synchronous and fast (a few milliseconds a turn); the async methods call it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from gaama.extract.concepts import (
+    DEFAULT_FUZZY_THRESHOLD,
+    SimilarityFn,
+    canonicalize_label,
+    content_words,
+    extract_concepts,
+    is_base_form,
+)
+from gaama.extract.dates import format_day, has_absolute_date, resolve_relative_dates
+from gaama.extract.types import (
+    EpisodeView,
+    ExtractionContext,
+    ExtractionResult,
+    FactDraft,
+    ReflectionDraft,
+    ReflectionInput,
+)
+
+__all__ = ["OfflineExtractor"]
+
+_LEADING_FILLER = re.compile(
+    r"^(?:(?:hey|hi|hello|wow|whoa|oh|ah|aw+|yeah|yes|yep|yup|nope|well|so|ha(?:ha)+|lol|omg|"
+    r"ok|okay|sure|thanks|thank you|totally|absolutely|cool|great|nice|awesome|hmm+|um+|plus|"
+    r"btw|by the way|anyway|oh wow|wow+)\b[\s,!.:;-]*)+",
+    re.IGNORECASE,
+)
+_BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
+_WORD = re.compile(r"[A-Za-z][A-Za-z']*")
+_HEDGES = (
+    re.compile(r"\b(?:maybe|perhaps|probably|possibly|hopefully|might|not sure|unsure)\b", re.I),
+    re.compile(r"\bI (?:think|guess|believe|suppose|hope)\b", re.I),
+    re.compile(r"\b(?:kinda|sort of|kind of|could be|may be|may)\b", re.I),
+)
+_MAX_FACT_CONCEPTS = 2
+_MAX_EPISODE_CONCEPTS = 3
+
+
+# --- first and second person -> names ------------------------------------------------------
+
+_ADVERBS = (
+    "really also just still always never often usually actually totally definitely even "
+    "sometimes recently finally truly absolutely kinda now only already certainly honestly "
+    "seriously literally mostly rarely currently"
+).split()
+_KEEP_FORM = frozenset(
+    "can could will would shall should may might must did was were had got gotta".split()
+)
+_IRREGULAR = {
+    "am": "is",
+    "are": "is",
+    "have": "has",
+    "do": "does",
+    "go": "goes",
+    "were": "was",
+    "don't": "doesn't",
+    "aren't": "isn't",
+    "haven't": "hasn't",
+    "weren't": "wasn't",
+}
+# Where "you" starts a clause, so the word after it is its verb ("... so you know").
+_CLAUSE_START = (
+    r"(?P<pre>^\s*|[,;:.!?-]\s+|\b(?:and|but|so|if|when|because|that|as|since|while|where|how"
+    r"|what|hope|think|know|bet|guess)\s+)"
+)
+_ADVERB_RUN = r"(?P<adv>(?:(?:" + "|".join(_ADVERBS) + r")\s+)*)"
+_VERB = r"(?P<verb>[A-Za-z][A-Za-z']*)"
+
+
+def _third_person(verb: str) -> str:
+    """Inflect a base-form verb for a third-person subject ("love" -> "loves")."""
+    lower = verb.lower()
+    if lower in _IRREGULAR:
+        return _IRREGULAR[lower]
+    if (
+        not verb.isalpha()
+        or not verb.islower()
+        or lower in _KEEP_FORM
+        or lower.endswith(("ed", "ing", "s"))
+        or not is_base_form(lower)
+    ):
+        return verb
+    if lower.endswith(("sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if lower.endswith("y") and lower[-2:-1] not in ("a", "e", "i", "o", "u"):
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+@dataclass(frozen=True, slots=True)
+class Rewritten:
+    """A sentence in the third person, and whom it is mainly about (empty: the speaker)."""
+
+    text: str
+    subject: str
+
+
+def _as_subject(name: str) -> Callable[[re.Match[str]], str]:
+    def repl(match: re.Match[str]) -> str:
+        pre = match.groupdict().get("pre") or ""
+        return f"{pre}{name} {match.group('adv')}{_third_person(match.group('verb'))}"
+
+    return repl
+
+
+def _rewrite_person(text: str, name: str, pronoun: str, clause_only: bool) -> str:
+    """Replace one pronoun family ("I" or "you") by ``name``, fixing the verb after it."""
+    contractions = (("m", "is"), ("re", "is"), ("ve", "has"), ("d", "would"), ("ll", "will"))
+    for suffix, verb in contractions:
+        text = re.sub(rf"\b{pronoun}'{suffix}\b", f"{name} {verb}", text)
+    # A subject pronoun is followed by its verb; "you" only counts as a subject where a clause
+    # starts, since "I told you about it" must not become "... Caroline abouts it".
+    head = _CLAUSE_START if clause_only else r""
+    subject_rule = re.compile(rf"{head}\b{pronoun}\b(?!['-])\s+{_ADVERB_RUN}{_VERB}")
+    text = subject_rule.sub(_as_subject(name), text)
+    return re.sub(rf"\b{pronoun}\b(?!['-])", name, text)
+
+
+def rewrite_pronouns(text: str, speaker: str, other: str | None) -> Rewritten:
+    """Replace first-person (and, with a known addressee, second-person) pronouns by names.
+
+    Args:
+        text: A sentence said by ``speaker``.
+        speaker: Who said it.
+        other: The addressee when the conversation has exactly two speakers, else None
+            (then "you" is left alone).
+
+    Returns:
+        The rewritten sentence ("I love my kids" by Melanie -> "Melanie loves Melanie's kids")
+        and its subject: ``other`` when the sentence starts with "you"/"your", else empty.
+    """
+    starts_with_you = re.match(r"\s*(?:you|your)\b", text, re.IGNORECASE)
+    subject = other if (other and starts_with_you) else ""
+    if other:
+        text = re.sub(r"\b(?:[Yy]ou guys|[Yy]ou all|[Yy]'all)\b", f"{other} and others", text)
+        text = re.sub(r"\b[Yy]our(?:s|self)?\b(?!-)", lambda m: _owner(m, other), text)
+        text = _rewrite_person(text, other, "[Yy]ou", clause_only=True)
+    text = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Mm]yself)\b(?!-)", lambda m: _owner(m, speaker), text)
+    text = re.sub(r"\b[Mm]e\b(?![-'])", speaker, text)
+    text = _rewrite_person(text, speaker, "I", clause_only=False)
+    group = f"{speaker} and others"
+    for contraction, verb in (("re", "are"), ("ve", "have"), ("d", "would"), ("ll", "will")):
+        text = re.sub(rf"\b[Ww]e'{contraction}\b", f"{group} {verb}", text)
+    text = re.sub(r"\b(?:[Ww]e|us)\b(?![-'])", group, text)
+    text = re.sub(r"\b(?:[Oo]ur|[Oo]urs)\b(?!-)", f"{speaker}'s", text)
+    text = re.sub(r"\b[Oo]urselves\b", "themselves", text)
+    return Rewritten(text=text, subject=subject)
+
+
+def _owner(match: re.Match[str], name: str) -> str:
+    # "myself"/"yourself" name the person; "my", "mine", "your", "yours" their possession.
+    return name if match.group(0).lower().endswith("self") else f"{name}'s"
+
+
+@lru_cache(maxsize=1)
+def _segmenter() -> Any:
+    # pysbd builds its rule tables on construction: one instance per process.
+    import pysbd
+
+    return pysbd.Segmenter(language="en", clean=False)
+
+
+def _split_sentences(text: str) -> list[str]:
+    # A bracketed note such as "[shares a photo of a bowl]" becomes a sentence of its own.
+    text = _BRACKETED.sub(lambda m: ". " + m.group(1).strip() + ". ", text.replace("’", "'"))
+    return [s.strip() for s in _segmenter().segment(text) if s.strip(" .")]
+
+
+def _normalise(text: str) -> str:
+    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+
+
+def _strip_address(sentence: str, names: Sequence[str]) -> str:
+    """Remove leading interjections and vocatives ("Wow, Mel! ...", "... , Caroline!")."""
+    name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
+    previous = None
+    while previous != sentence:
+        previous = sentence
+        sentence = _LEADING_FILLER.sub("", sentence).lstrip()
+        if name_alt:
+            sentence = re.sub(rf"^(?:{name_alt})\b[\s,!.:;-]*", "", sentence).lstrip()
+    if name_alt:
+        sentence = re.sub(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)", "", sentence)
+    return sentence[:1].upper() + sentence[1:] if sentence else sentence
+
+
+def _short_names(names: Iterable[str]) -> list[str]:
+    """Names and their first-name nicknames ("Mel" for "Melanie") as vocatives to strip."""
+    out: list[str] = []
+    for name in names:
+        first = name.split()[0] if name.split() else name
+        out.append(name)
+        out.extend(first[:cut] for cut in range(3, len(first)))
+    return list(dict.fromkeys(out))
+
+
+def _belief(sentence: str) -> float:
+    belief = 1.0
+    for pattern in _HEDGES:
+        if pattern.search(sentence):
+            belief *= 0.7
+    return round(max(belief, 0.3), 2)
+
+
+def _finish(sentence: str, said_on: str, dated: bool) -> str:
+    """End a fact with one full stop, adding when it was said if it has no date of its own."""
+    body = sentence.rstrip(" .!?;:,-")
+    if not dated:
+        body = f"{body} (said on {said_on})"
+    return body + "."
+
+
+class OfflineExtractor:
+    """Extractor protocol implementation built on yake, dateparser, pysbd and rapidfuzz.
+
+    Args:
+        fuzzy_threshold: rapidfuzz ratio (0–100) at which two concept labels merge.
+        similarity: Optional embedding-similarity function for label canonicalisation.
+        max_group: Most facts combined into one reflection.
+        max_reflections: Most reflections returned by one ``reflect`` call.
+    """
+
+    name = "offline"
+
+    def __init__(
+        self,
+        fuzzy_threshold: float = DEFAULT_FUZZY_THRESHOLD,
+        similarity: SimilarityFn | None = None,
+        max_group: int = 4,
+        max_reflections: int = 5,
+    ) -> None:
+        self.fuzzy_threshold = fuzzy_threshold
+        self.similarity = similarity
+        self.max_group = max_group
+        self.max_reflections = max_reflections
+
+    async def extract(
+        self, chunk: list[EpisodeView], context: ExtractionContext
+    ) -> ExtractionResult:
+        """Facts and 1–3 concepts per episode for one chunk (see :meth:`extract_sync`)."""
+        return self.extract_sync(chunk, context)
+
+    async def reflect(
+        self, facts: list[ReflectionInput], existing: list[str]
+    ) -> list[ReflectionDraft]:
+        """Insights combining facts that share a subject and a concept."""
+        return self.reflect_sync(facts, existing)
+
+    def _canonical(self, label: str, pool: list[str]) -> str:
+        canonical = canonicalize_label(label, pool, self.fuzzy_threshold, self.similarity)
+        if canonical not in pool:
+            pool.append(canonical)
+        return canonical
+
+    def extract_sync(
+        self, chunk: Sequence[EpisodeView], context: ExtractionContext
+    ) -> ExtractionResult:
+        """Synchronous body of :meth:`extract`; deterministic for a given input.
+
+        Args:
+            chunk: Consecutive episodes of one conversation.
+            context: Older memory; its concept labels are reused, its fact texts not repeated.
+
+        Returns:
+            Facts, episode concepts (episodes with no topic of their own inherit the nearest
+            neighbour's first label; a chunk of pure small talk has none) and ``"offline"``.
+        """
+        speakers = list(dict.fromkeys(ep.speaker for ep in chunk if ep.speaker))
+        names = list(dict.fromkeys([*speakers, *(ep.speaker for ep in context.episodes)]))
+        vocatives = _short_names(names)
+        pool: list[str] = list(dict.fromkeys(context.concepts))
+        seen_facts = {_normalise(f.text) for f in context.facts}
+
+        own: list[list[str]] = []
+        for ep in chunk:
+            labels = extract_concepts(ep.raw_text, names, _MAX_EPISODE_CONCEPTS)
+            own.append(list(dict.fromkeys(self._canonical(lb, pool) for lb in labels)))
+
+        episode_concepts: dict[str, tuple[str, ...]] = {}
+        for i, ep in enumerate(chunk):
+            labels = own[i] or self._inherited(own, i)
+            if labels:
+                episode_concepts[ep.id] = tuple(labels)
+
+        facts: list[FactDraft] = []
+        for ep in chunk:
+            others = [s for s in speakers if s != ep.speaker]
+            other = others[0] if len(speakers) == 2 and len(others) == 1 else None
+            for fact in self._facts_of(ep, other, names, vocatives, pool, episode_concepts):
+                key = _normalise(fact.text)
+                if key not in seen_facts:
+                    seen_facts.add(key)
+                    facts.append(fact)
+        return ExtractionResult(
+            facts=facts, episode_concepts=episode_concepts, extractor=self.name
+        )
+
+    @staticmethod
+    def _inherited(own: list[list[str]], index: int) -> list[str]:
+        # A reply without a topic of its own ("Wow, that's great!") is about what was just
+        # said: take the previous episode's first label, else the next one's.
+        for step in range(1, len(own)):
+            for j in (index - step, index + step):
+                if 0 <= j < len(own) and own[j]:
+                    return own[j][:1]
+        return []
+
+    def _facts_of(
+        self,
+        ep: EpisodeView,
+        other: str | None,
+        names: list[str],
+        vocatives: list[str],
+        pool: list[str],
+        episode_concepts: dict[str, tuple[str, ...]],
+    ) -> list[FactDraft]:
+        said_on = format_day(ep.timestamp.date())
+        facts: list[FactDraft] = []
+        for raw in _split_sentences(ep.raw_text):
+            sentence = _strip_address(raw, vocatives)
+            if not sentence or sentence.rstrip().endswith("?"):
+                continue
+            if sentence[:1].islower():
+                sentence = f"{ep.speaker} {sentence}"
+            words = _WORD.findall(sentence)
+            content = content_words(sentence)
+            if len(content) < 2 and not (content and len(words) >= 4):
+                continue
+            resolution = resolve_relative_dates(sentence, ep.timestamp)
+            rewritten = rewrite_pronouns(resolution.text, ep.speaker, other)
+            dated = resolution.resolved or has_absolute_date(sentence)
+            labels = [
+                self._canonical(lb, pool)
+                for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS)
+            ]
+            if not labels:
+                labels = list(episode_concepts.get(ep.id, ())[:1])
+            facts.append(
+                FactDraft(
+                    text=_finish(rewritten.text, said_on, dated),
+                    source_episode_ids=(ep.id,),
+                    belief=_belief(sentence),
+                    subject=rewritten.subject or ep.speaker,
+                    concepts=tuple(dict.fromkeys(labels)),
+                )
+            )
+        return facts
+
+    def reflect_sync(
+        self, facts: Sequence[ReflectionInput], existing: Sequence[str]
+    ) -> list[ReflectionDraft]:
+        """Synchronous body of :meth:`reflect`; deterministic for a given input.
+
+        Facts are grouped by (subject, concept); every group of at least two facts yields one
+        sentence naming the topic and quoting up to ``max_group`` facts, biggest groups first.
+        A group with the same facts as an earlier one, or a text already in ``existing``
+        (compared case- and punctuation-insensitively), is skipped.
+
+        Args:
+            facts: Facts to combine, in order (the first ones of a group are quoted).
+            existing: Reflection texts already stored.
+
+        Returns:
+            At most ``max_reflections`` drafts, each citing ≥ 2 facts.
+        """
+        groups: dict[tuple[str, str], list[ReflectionInput]] = {}
+        for fact in facts:
+            for concept in dict.fromkeys(fact.concepts):
+                groups.setdefault((fact.subject, concept), []).append(fact)
+        ordered = sorted(groups.items(), key=lambda item: (-len(item[1]), item[0]))
+        known = {_normalise(text) for text in existing}
+        used: set[frozenset[str]] = set()
+        drafts: list[ReflectionDraft] = []
+        for (subject, concept), members in ordered:
+            if len(members) < 2 or len(drafts) >= self.max_reflections:
+                continue
+            picked = list({m.id: m for m in members}.values())[: self.max_group]
+            ids = frozenset(m.id for m in picked)
+            if len(ids) < 2 or ids in used:
+                continue
+            topic = concept.replace("_", " ")
+            quoted = "; ".join(m.text.rstrip(" .") for m in picked)
+            who = subject or "The user"
+            text = f"{who} has repeatedly come back to {topic}: {quoted}."
+            if _normalise(text) in known:
+                continue
+            used.add(ids)
+            known.add(_normalise(text))
+            drafts.append(
+                ReflectionDraft(text=text, fact_ids=tuple(m.id for m in picked), subject=subject)
+            )
+        return drafts

@@ -1,0 +1,161 @@
+"""Packing scored candidates into the memory handed to an answering LLM (ARCHITECTURE §1 step 9).
+
+The rule, precisely:
+
+1. Rank every candidate by score (ties: higher similarity, then id). Concepts (and baseline
+   entities) are never returned.
+2. Caps per kind: only the best ``cap`` facts, reflections and episodes stay eligible.
+3. Word budget, trimmed in proportion to the caps. Each kind with at least one eligible item gets
+   a share ``budget · cap_kind / Σ caps`` (the sum over those kinds, so a kind with nothing to
+   offer leaves no share unused). Within its share a kind takes its items in rank order and stops
+   at the first that does not fit.
+4. Unused shares are pooled and redistributed: the remaining eligible items of every kind, in
+   global rank order, are added while they fit what is left of the whole budget (an item too long
+   for the remainder is skipped, a shorter later one may still fit).
+5. Order of the packed memory: facts by score, then reflections by score, then episodes back in
+   time order (ties — turns of one session share its time — by conversation, then position in the
+   conversation) so the turns read like the conversation.
+
+Words are whitespace-separated tokens of the item's text. An item longer than the entire budget is
+never packed (it is still in the ranked list).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gaama.model import NodeKind
+
+#: Kinds that packing returns, in the order they appear in the packed memory.
+RETURNED_KINDS = (NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE)
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    """A source turn of a returned item: the episode id and its external turn id."""
+
+    episode_id: str
+    turn_id: str
+
+
+@dataclass(slots=True)
+class Item:
+    """One scored node as retrieval returns it."""
+
+    id: str
+    kind: NodeKind
+    text: str = ""
+    time: float = 0.0
+    conversation: str = ""
+    seq: int = 0  # position in its conversation (episodes), orders turns of one session
+    sim: float = 0.0  # max-normalised similarity in [0, 1]
+    ppr: float = 0.0  # max-normalised PPR in [0, 1]
+    score: float = 0.0
+    provenance: list[Provenance] = field(default_factory=list)
+
+    @property
+    def words(self) -> int:
+        return len(self.text.split())
+
+
+@dataclass(frozen=True, slots=True)
+class Caps:
+    """Per-kind caps and the word budget."""
+
+    facts: int = 60
+    reflections: int = 20
+    episodes: int = 80
+    budget_words: int = 1000
+
+    def cap(self, kind: NodeKind) -> int:
+        return {NodeKind.FACT: self.facts, NodeKind.REFLECTION: self.reflections,
+                NodeKind.EPISODE: self.episodes}.get(kind, 0)
+
+
+def rank(items: Iterable[Item]) -> list[Item]:
+    """Returnable items (no concepts or entities) best first."""
+    kept = [i for i in items if i.kind in RETURNED_KINDS]
+    return sorted(kept, key=lambda i: (-i.score, -i.sim, i.id))
+
+
+def top_k(items: Iterable[Item], k: int) -> list[Item]:
+    """The ``k`` best returnable items, by score."""
+    return rank(items)[:k]
+
+
+def capped(items: Iterable[Item], caps: Caps) -> list[Item]:
+    """The best ``cap`` items of each returned kind, in global rank order."""
+    seen: dict[NodeKind, int] = {}
+    out = []
+    for item in rank(items):
+        n = seen.get(item.kind, 0)
+        if n < caps.cap(item.kind):
+            seen[item.kind] = n + 1
+            out.append(item)
+    return out
+
+
+def shares(kinds: Iterable[NodeKind], caps: Caps) -> dict[NodeKind, float]:
+    """Each present kind's share of the word budget, proportional to its cap."""
+    present = [k for k in dict.fromkeys(kinds) if caps.cap(k) > 0]
+    total = sum(caps.cap(k) for k in present)
+    if total == 0:
+        return {}
+    return {k: caps.budget_words * caps.cap(k) / total for k in present}
+
+
+def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
+    """Select and order the memory (see the module docstring for the exact rule).
+
+    Args:
+        items: Scored candidates of any kind; concepts are dropped.
+        caps: Per-kind caps and the word budget.
+
+    Returns:
+        Facts by score, reflections by score, then episodes in time order.
+    """
+    eligible = capped(items, caps)
+    share = shares((i.kind for i in eligible), caps)
+    chosen: set[str] = set()
+    used = 0
+    for kind, allowance in share.items():
+        spent = 0
+        for item in (i for i in eligible if i.kind is kind):
+            if spent + item.words > allowance:
+                break
+            spent += item.words
+            chosen.add(item.id)
+        used += spent
+    left = caps.budget_words - used
+    for item in eligible:
+        if item.id not in chosen and item.words <= left:
+            chosen.add(item.id)
+            left -= item.words
+    return order_memory([i for i in eligible if i.id in chosen])
+
+
+def order_memory(items: Sequence[Item]) -> list[Item]:
+    """Facts and reflections by score, then episodes chronologically."""
+    ranked = rank(items)
+    facts = [i for i in ranked if i.kind is NodeKind.FACT]
+    reflections = [i for i in ranked if i.kind is NodeKind.REFLECTION]
+    episodes = sorted((i for i in ranked if i.kind is NodeKind.EPISODE),
+                      key=lambda i: (i.time, i.conversation, i.seq, i.id))
+    return facts + reflections + episodes
+
+
+def total_words(items: Iterable[Item]) -> int:
+    return sum(i.words for i in items)
+
+
+def render_memory(items: Sequence[Item]) -> str:
+    """The packed memory as text for an answering LLM, one section per kind."""
+    titles = {NodeKind.FACT: "Facts", NodeKind.REFLECTION: "Reflections",
+              NodeKind.EPISODE: "Conversation turns"}
+    parts = []
+    for kind in RETURNED_KINDS:
+        lines = [f"- {i.text}" for i in items if i.kind is kind]
+        if lines:
+            parts.append(f"{titles[kind]}:\n" + "\n".join(lines))
+    return "\n\n".join(parts)

@@ -1,0 +1,159 @@
+"""Personalized PageRank over a small weighted subgraph, with hub dampening (ARCHITECTURE §1).
+
+The walk, on an undirected weighted adjacency ``W`` (edges followed in both directions):
+
+- ``P = D⁻¹ W`` is ``W`` row-normalised: a node hands its mass to its neighbours in proportion to
+  the edge weights.
+- Hub dampening is applied *after* normalising: the row of a node whose (full, store-wide)
+  degree exceeds ``hub_degree`` is multiplied by ``hub_dampening``. The authors' code scales the
+  hub's weights *before* normalising, which the normalisation undoes exactly (so their hub
+  dampening never changed a score; ``tests/unit/test_hub_dampening.py`` proves both points).
+- Mass that a row no longer hands on (the share a hub keeps back, and all of a dangling node's
+  mass) returns to the restart distribution ``s``, so the total stays 1 at every step.
+- One step: ``x ← (1 − α)·s + α·(Pᵀx + leak(x)·s)`` with ``leak(x) = Σᵢ xᵢ·(1 − rowsumᵢ(P))``;
+  stop when ``‖Δx‖₁ < tol`` or after ``max_iter`` steps.
+
+Pure numpy/scipy, no I/O: callers run it off the event loop (``asyncio.to_thread``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import sparse
+
+from gaama.model import EDGE_TYPE_WEIGHTS, EdgeKind
+
+
+@dataclass(frozen=True, slots=True)
+class PPRResult:
+    """Scores (a probability vector, summing to 1) and the power iterations it took."""
+
+    scores: np.ndarray
+    iterations: int
+    converged: bool
+
+
+def edge_weight(kind: EdgeKind, stored: float) -> float:
+    """Walk weight of an edge: its type weight times the square of its stored weight (§1 step 4)."""
+    return EDGE_TYPE_WEIGHTS[kind] * stored * stored
+
+
+def symmetric_adjacency(n: int, edges: Sequence[tuple[int, int, float]]) -> sparse.csr_matrix:
+    """An ``n × n`` symmetric CSR matrix from undirected ``(i, j, weight)`` edges.
+
+    Both directions are stored so the walk follows every edge either way. An edge listed twice
+    (once from each endpoint's adjacency) counts once, with the larger weight; self-loops and
+    non-positive weights are dropped.
+
+    Args:
+        n: Number of nodes.
+        edges: ``(i, j, w)`` with ``0 <= i, j < n``.
+
+    Returns:
+        The weighted adjacency.
+    """
+    best: dict[tuple[int, int], float] = {}
+    for i, j, w in edges:
+        if i == j or w <= 0.0:
+            continue
+        key = (i, j) if i < j else (j, i)
+        if w > best.get(key, 0.0):
+            best[key] = w
+    if not best:
+        return sparse.csr_matrix((n, n), dtype=np.float64)
+    pairs = np.array(list(best.keys()), dtype=np.int64)
+    weights = np.array(list(best.values()), dtype=np.float64)
+    rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
+    cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
+    data = np.concatenate([weights, weights])
+    return sparse.csr_matrix((data, (rows, cols)), shape=(n, n))
+
+
+def transition_matrix(
+    adjacency: sparse.csr_matrix,
+    *,
+    degrees: np.ndarray | None = None,
+    hub_degree: int = 50,
+    hub_dampening: float = 0.5,
+) -> sparse.csr_matrix:
+    """Row-normalised transition matrix with hub rows scaled down afterwards.
+
+    Args:
+        adjacency: Non-negative ``n × n`` weights.
+        degrees: Each node's full degree in the store; when omitted, its degree in ``adjacency``
+            (which undercounts hubs whose neighbours were not all expanded).
+        hub_degree: Nodes with degree strictly above this are hubs.
+        hub_dampening: Factor applied to a hub's normalised row (1.0 = no dampening).
+
+    Returns:
+        ``P`` with row sums 1 (ordinary nodes), ``hub_dampening`` (hubs) or 0 (dangling).
+    """
+    adj = sparse.csr_matrix(adjacency, dtype=np.float64)
+    row_sums = np.asarray(adj.sum(axis=1)).ravel()
+    scale = np.zeros_like(row_sums)
+    nonzero = row_sums > 0
+    scale[nonzero] = 1.0 / row_sums[nonzero]
+    if degrees is None:
+        degrees = np.diff(adj.indptr)
+    hubs = np.asarray(degrees) > hub_degree
+    # Dampening multiplies the already-normalised row, so it cannot be normalised away.
+    scale[hubs] *= hub_dampening
+    return sparse.csr_matrix(sparse.diags(scale) @ adj)
+
+
+def personalized_pagerank(
+    adjacency: sparse.csr_matrix,
+    restart: np.ndarray,
+    *,
+    alpha: float = 0.6,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    degrees: np.ndarray | None = None,
+    hub_degree: int = 50,
+    hub_dampening: float = 0.5,
+) -> PPRResult:
+    """Personalized PageRank by power iteration.
+
+    Args:
+        adjacency: Symmetric non-negative weights (see :func:`symmetric_adjacency`).
+        restart: Non-negative restart (seed) mass per node; normalised here. All zero is
+            treated as uniform.
+        alpha: Probability of following an edge (restart with ``1 - alpha``).
+        max_iter: Upper bound on power iterations.
+        tol: Stop when the L1 change of one iteration falls below this.
+        degrees: Full store degree of each node, for hub detection.
+        hub_degree: Degree above which a node is a hub.
+        hub_dampening: Factor on a hub's normalised outgoing row; the rest goes to ``restart``.
+
+    Returns:
+        Scores summing to 1, the iterations taken and whether ``tol`` was reached.
+    """
+    n = adjacency.shape[0]
+    if n == 0:
+        return PPRResult(np.zeros(0, dtype=np.float64), 0, True)
+    if not 0.0 < alpha < 1.0:
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    s = np.clip(np.asarray(restart, dtype=np.float64).ravel(), 0.0, None)
+    if s.shape[0] != n:
+        raise ValueError(f"restart has {s.shape[0]} entries for {n} nodes")
+    total = s.sum()
+    s = s / total if total > 0 else np.full(n, 1.0 / n)
+
+    p = transition_matrix(
+        adjacency, degrees=degrees, hub_degree=hub_degree, hub_dampening=hub_dampening
+    )
+    pt = sparse.csr_matrix(p.T)
+    kept_back = 1.0 - np.asarray(p.sum(axis=1)).ravel()  # per row: mass returned to restart
+
+    x = s.copy()
+    for it in range(1, max_iter + 1):
+        leak = float(kept_back @ x)
+        nxt = (1.0 - alpha) * s + alpha * (pt @ x + leak * s)
+        delta = float(np.abs(nxt - x).sum())
+        x = nxt
+        if delta < tol:
+            return PPRResult(x, it, True)
+    return PPRResult(x, max_iter, False)

@@ -1,0 +1,97 @@
+"""Session fixtures: the real embedded stack (Redis 8.2 + Query Engine, Tansu broker) on free
+loopback ports, started once per test session; per-test namespaces (key prefix, index name, topic
+prefix) so tests never see each other's data.
+
+Set GAAMA_TEST_REDIS_URL and GAAMA_TEST_KAFKA_BOOTSTRAP to run against external servers instead.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+
+from gaama.config import Settings, load_settings
+from gaama.embed import MiniLMEmbedder
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+
+
+class StackInfo:
+    def __init__(self, redis_url: str, kafka_bootstrap: str) -> None:
+        self.redis_url = redis_url
+        self.kafka_bootstrap = kafka_bootstrap
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    url = os.environ.get("GAAMA_TEST_REDIS_URL")
+    boot = os.environ.get("GAAMA_TEST_KAFKA_BOOTSTRAP")
+    if url and boot:
+        yield StackInfo(url, boot)
+        return
+    from gaama import devstack
+
+    directory: Path = tmp_path_factory.mktemp("stack")
+    s = devstack.start_stack(directory, devstack.free_port(), devstack.free_port())
+    try:
+        yield StackInfo(s.redis_url, s.kafka_bootstrap)
+    finally:
+        s.stop()
+
+
+def _ns(nodeid: str) -> str:
+    return "t" + hashlib.blake2b(nodeid.encode(), digest_size=5).hexdigest()
+
+
+@pytest.fixture
+def namespace(request: pytest.FixtureRequest) -> str:
+    """A short name unique to this test: key prefix, index name and topic prefix derive from it."""
+    return _ns(request.node.nodeid)
+
+
+@pytest.fixture
+def settings(stack: StackInfo, namespace: str) -> Settings:
+    return load_settings(
+        redis_url=stack.redis_url, kafka_bootstrap=stack.kafka_bootstrap,
+        key_prefix=namespace, index_name=f"{namespace}-idx", topic_prefix=f"{namespace}.",
+        llm_max_retries=2, retry_backoff_s=0.05, chunk_idle_s=1.0,
+    )
+
+
+@pytest.fixture
+async def redis_client(settings: Settings) -> AsyncIterator[aioredis.Redis]:
+    client = aioredis.Redis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
+def keys(settings: Settings) -> Keys:
+    return Keys(settings.key_prefix)
+
+
+@pytest.fixture
+def graph(redis_client: aioredis.Redis, keys: Keys) -> GraphStore:
+    return GraphStore(redis_client, keys)
+
+
+@pytest.fixture
+async def index(redis_client: aioredis.Redis, keys: Keys, settings: Settings
+                ) -> AsyncIterator[VectorIndex]:
+    idx = VectorIndex(redis_client, settings.index_name, settings.embed_dim, keys)
+    await idx.ensure()
+    yield idx
+    await idx.drop()
+
+
+@pytest.fixture(scope="session")
+def embedder() -> MiniLMEmbedder:
+    e = MiniLMEmbedder()
+    e.warm_up()
+    return e

@@ -1,0 +1,1 @@
+"""Test doubles that speak real protocols (a local OpenAI-compatible HTTP server)."""
