@@ -95,3 +95,12 @@ def embedder() -> MiniLMEmbedder:
     e = MiniLMEmbedder()
     e.warm_up()
     return e
+
+
+@pytest.fixture
+async def topics(settings: Settings) -> list[str]:
+    """This test's own topics (prefixed), created on the real broker."""
+    from gaama.devstack import create_topics
+
+    return await create_topics(settings.kafka_bootstrap, settings.topic_partitions,
+                               settings.topic_prefix)

@@ -104,7 +104,7 @@ class Settings(BaseSettings):
     query_port: int = Field(8084, ge=1, le=65535)
     query_max_chars: int = Field(2000, ge=1, le=100000)
 
-    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    retrieval: RetrievalSettings = Field(default_factory=lambda: RetrievalSettings())
 
     @field_validator("redis_url")
     @classmethod

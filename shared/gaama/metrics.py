@@ -15,7 +15,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
 NODE_KINDS = ("episode", "fact", "concept", "reflection")
 DLQ_REASONS = ("invalid", "tenant_mismatch", "llm_output", "llm_transient", "store_unavailable",
-               "cassette_miss", "permanent", "transient", "too_large", "error")
+               "cassette_miss", "refusal", "config", "permanent", "transient", "too_large",
+               "error")
 LLM_FAILURES = ("timeout", "rate_limited", "server_error", "connection", "malformed", "refusal",
                 "cassette_miss", "other")
 QUERY_MODES = ("gaama", "semantic", "ppr", "flat")

@@ -33,7 +33,14 @@ __all__ = [
     "is_base_form",
     "label_key",
     "to_label",
+    "words_of",
 ]
+
+
+def words_of(text: str) -> frozenset[str]:
+    """A word list written as running text (easier to read and extend than a list literal)."""
+    return frozenset(text.split())
+
 
 #: rapidfuzz ``ratio`` (0–100) at or above which two labels are the same concept.
 DEFAULT_FUZZY_THRESHOLD = 92.0
@@ -41,7 +48,7 @@ DEFAULT_FUZZY_THRESHOLD = 92.0
 #: ``similarity(label, candidates) -> scores in [0, 1]``, e.g. cosine over embeddings.
 SimilarityFn = Callable[[str, Sequence[str]], Sequence[float]]
 
-_FUNCTION_WORDS = frozenset(
+_FUNCTION_WORDS = words_of(
     """
     a about above after again against all also am an and any are as at be because been before
     being below between both but by can could did do does doing done down during each either
@@ -54,11 +61,11 @@ _FUNCTION_WORDS = frozenset(
     im ive id ill youre youve youd youll dont didnt doesnt isnt wasnt arent werent cant couldnt
     wont wouldnt shouldnt thats theres whats lets hes shes theyre weve were ya u ur
     gonna wanna gotta kinda sorta lot lots bit
-    """.split()
+    """
 )
 
 #: Words that never make a concept on their own (too generic to connect related memories).
-GENERIC_WORDS = frozenset(
+GENERIC_WORDS = words_of(
     """
     thing things stuff time times day days week weeks weekend month months year years today
     yesterday tomorrow tonight morning afternoon evening night moment moments while lot lots way
@@ -68,12 +75,12 @@ GENERIC_WORDS = frozenset(
     friend friends folks everybody somebody anybody question questions answer chat talk news
     word words man woman men women kid kids child children family home situation chance
     opportunity lot number type example reminder look glad sure
-    """.split()
+    """
 )
 
 # Chit-chat, reactions, verbs and adjectives: they may sit inside a label ("art_class") but
 # never at its edges, so "love painting" is trimmed to "painting".
-_EDGE_WORDS = frozenset(
+_EDGE_WORDS = words_of(
     """
     hey hi hello wow haha hahaha lol omg oh ah aw aww awww yeah yep yes nope okay ok ok thanks
     thank please sorry bye congrats congratulations cheers hmm um uh totally definitely really
@@ -103,15 +110,57 @@ _EDGE_WORDS = frozenset(
     saying wondering hoping raising having giving keeping telling seeing putting letting
     well key easy vital future goal reality dream break progress tough awesome yay excellent
     accepted swamped thinkin doin goin nothin somethin lovin provoking plus back fancy
-    talking self fam gorgeous yummy keen kind cheer
-    """.split()
+    talking self fam gorgeous yummy keen kind cheer around together must might huh nah yup woah
+    whoa oop oops phew fyi pic pics mems fave fav bday far right remind bet young alone forward
+    almost across whenever beyond towards toward without along everywhere past content bad
+    normal insane lean needy blast sometime twice couple bunch lots plenty top least
+    breathtaking stunning vivid resilient passionate imperfect cathartic uplifting genuine
+    therapeutic emotional quiet bright cozy classical classic refreshing electric scary tranquil
+    priceless empowering gratifying essential satisfying authentic abstract recent crucial
+    optimistic unconditional instrumental inviting fleeting calming freeing wishing creating
+    helping showing finding using encouraging spending wanting carrying dealing growing
+    realizing asking knowing discovering affecting chatting lying standing expressing planning
+    relaxing holding hanging playing sitting laying performing posing waving wearing smiling
+    following opening appreciating fighting prioritizing researching learning exploring caring
+    waking being meaning wondering living trying exist accept adopt choose prepare deserve
+    offer pass teach inspire portray tackle apologize recommend spread fly capture celebrate
+    explored ate played bought visited finished joined attended enjoyed loved wanted
+    wanna gonna gotta outting
+    """
 )
 
-_MONTH_WORDS = frozenset(
+# What small talk is made of; a sentence with no word outside these and the function words
+# ("That's really cool!", "You've got guts") states nothing worth keeping.
+_CHATTER = words_of(
+    """
+    hey hi hello wow haha hahaha lol omg oh ah aw aww awww yeah yep yes nope okay ok thanks
+    thank please sorry bye congrats congratulations cheers hmm um uh woah whoa oops phew yay
+    totally definitely really absolutely actually probably maybe perhaps pretty super quite
+    truly literally seriously honestly basically especially always never often usually
+    sometimes good great nice cool awesome amazing wonderful fantastic fun funny happy glad
+    excited exciting proud special beautiful lovely sweet inspiring powerful important
+    interesting incredible sure true stoked thrilled grateful thankful lucky gorgeous
+    be get got go going went gone make made do done feel felt seem seems sound sounds look
+    looks keep kept guess bet hope mean love like wish know think see thing things stuff lot
+    lots way ways time day today wonder wondering good-bye ya gonna wanna gotta kinda
+    """
+)
+
+_MONTH_WORDS = words_of(
     """
     january february march april may june july august september october november december
     monday tuesday wednesday thursday friday saturday sunday
-    """.split()
+    """
+)
+
+# Words that spoil a label even in its middle: numbers and days say when, not what.
+_BANNED_INSIDE = (
+    _FUNCTION_WORDS
+    | _MONTH_WORDS
+    | words_of(
+        """today yesterday tomorrow tonight two three four five six seven eight nine ten eleven
+        twelve hundred thousand"""
+    )
 )
 
 _STOPWORDS = _FUNCTION_WORDS | GENERIC_WORDS | _EDGE_WORDS | _MONTH_WORDS
@@ -207,7 +256,7 @@ def content_words(text: str) -> list[str]:
     out: list[str] = []
     for word in words:
         lowered = word.strip("'").lower().split("'")[0]
-        if len(lowered) > 1 and lowered not in _STOPWORDS:
+        if len(lowered) > 1 and lowered not in _FUNCTION_WORDS and lowered not in _CHATTER:
             out.append(lowered)
     return out
 
@@ -233,11 +282,15 @@ def to_label(phrase: str, excluded: Iterable[str] = ()) -> str | None:
         return None
     while tokens and (tokens[0] in _STOPWORDS or tokens[0].endswith("ly")):
         tokens.pop(0)
-    while tokens and (tokens[-1] in _STOPWORDS or tokens[-1].endswith("ly")):
+    # Trailing past participles are verbs hanging off a noun ("sign_posted"); leading ones can
+    # be adjectives ("stained_glass"), so only the right edge is trimmed of them.
+    while tokens and (
+        tokens[-1] in _STOPWORDS or (tokens[-1].endswith(("ly", "ed")) and len(tokens) > 1)
+    ):
         tokens.pop()
     if not tokens or len(tokens) > 3:
         return None
-    if any(t in _FUNCTION_WORDS or t in _MONTH_WORDS or len(t) < 3 for t in tokens):
+    if any(t in _BANNED_INSIDE or len(t) < 3 for t in tokens):
         return None
     if all(t in GENERIC_WORDS or t in _EDGE_WORDS for t in tokens):
         return None

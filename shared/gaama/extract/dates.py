@@ -265,7 +265,12 @@ _RULES: tuple[_Rule, ...] = (
     (_rx(_PREP + r"\btomorrow\b"), _simple_day(1)),
     (_rx(_PREP + r"\btoday\b"), _simple_day(0)),
     (_rx(_PREP + r"\bthe other day\b"), lambda m, r: f"a few days before {format_day(r.date())}"),
-    (_rx(_PREP + r"\b(?P<rel>last|past|this|next|coming)\s+(?P<unit>week|weekend)\b"), _week),
+    (
+        _rx(
+            _PREP + r"\b(?:this\s+)?(?P<rel>last|past|this|next|coming)\s+(?P<unit>week|weekend)\b"
+        ),
+        _week,
+    ),
     (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|this|next|coming)\s+month\b"), _month),
     (_rx(_PREP + r"\b(?:the\s+)?(?P<rel>last|this|next|coming)\s+year\b"), _year),
     (_rx(_PREP + r"\b(?P<rel>last|this|next|coming)\s+" + _WD + r"\b"), _weekday),

@@ -28,6 +28,7 @@ from gaama.extract.concepts import (
     content_words,
     extract_concepts,
     is_base_form,
+    words_of,
 )
 from gaama.extract.dates import format_day, has_absolute_date, resolve_relative_dates
 from gaama.extract.types import (
@@ -44,10 +45,17 @@ __all__ = ["OfflineExtractor"]
 _LEADING_FILLER = re.compile(
     r"^(?:(?:hey|hi|hello|wow|whoa|oh|ah|aw+|yeah|yes|yep|yup|nope|well|so|ha(?:ha)+|lol|omg|"
     r"ok|okay|sure|thanks|thank you|totally|absolutely|cool|great|nice|awesome|hmm+|um+|plus|"
-    r"btw|by the way|anyway|oh wow|wow+)\b[\s,!.:;-]*)+",
+    r"btw|by the way|anyway|oh wow|wow+|woah|oops|phew|yay|ooh|gosh|nah|omg|aww+)\b[\s,!.:;-]*)+",
     re.IGNORECASE,
 )
 _BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
+_EXTRA_SPLIT = re.compile(r"(?<=[a-z]{2}[.!?])\s+(?=[A-Z])")
+# Reactions to what the other person said carry no fact of their own.
+_REACTION = re.compile(
+    r"^(?:that(?:'s| is| was| sounds| must| looks| seems)|this is|it(?:'s| is) so|sounds|looks|"
+    r"seems|bet|must|what an?|how|so|such)\b",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[A-Za-z][A-Za-z']*")
 _HEDGES = (
     re.compile(r"\b(?:maybe|perhaps|probably|possibly|hopefully|might|not sure|unsure)\b", re.I),
@@ -60,13 +68,17 @@ _MAX_EPISODE_CONCEPTS = 3
 
 # --- first and second person -> names ------------------------------------------------------
 
-_ADVERBS = (
+_ADVERBS = words_of(
     "really also just still always never often usually actually totally definitely even "
     "sometimes recently finally truly absolutely kinda now only already certainly honestly "
     "seriously literally mostly rarely currently"
-).split()
-_KEEP_FORM = frozenset(
-    "can could will would shall should may might must did was were had got gotta".split()
+)
+_KEEP_FORM = words_of(
+    "can could will would shall should may might must did was were had got gotta gonna wanna "
+    "kinda used felt went made took saw found thought bought came gave met ran began put left "
+    "kept told said knew won wrote drew sang swam ate drank built brought taught caught heard lost "
+    "paid sold sent spent became chose fell flew held hurt let meant rode sat slept spoke stood "
+    "threw understood woke wore grew hit cut set read two both all too also as so the a an"
 )
 _IRREGULAR = {
     "am": "is",
@@ -85,7 +97,7 @@ _CLAUSE_START = (
     r"(?P<pre>^\s*|[,;:.!?-]\s+|\b(?:and|but|so|if|when|because|that|as|since|while|where|how"
     r"|what|hope|think|know|bet|guess)\s+)"
 )
-_ADVERB_RUN = r"(?P<adv>(?:(?:" + "|".join(_ADVERBS) + r")\s+)*)"
+_ADVERB_RUN = r"(?P<adv>(?:(?:" + "|".join(sorted(_ADVERBS)) + r")\s+)*)"
 _VERB = r"(?P<verb>[A-Za-z][A-Za-z']*)"
 
 
@@ -154,7 +166,11 @@ def rewrite_pronouns(text: str, speaker: str, other: str | None) -> Rewritten:
     starts_with_you = re.match(r"\s*(?:you|your)\b", text, re.IGNORECASE)
     subject = other if (other and starts_with_you) else ""
     if other:
-        text = re.sub(r"\b(?:[Yy]ou guys|[Yy]ou all|[Yy]'all)\b", f"{other} and others", text)
+        text = re.sub(
+            r"\b(?:[Yy]ou guys|[Yy]ou all|[Yy]ou two|[Yy]ou both|[Yy]'all)\b",
+            f"{other} and others",
+            text,
+        )
         text = re.sub(r"\b[Yy]our(?:s|self)?\b(?!-)", lambda m: _owner(m, other), text)
         text = _rewrite_person(text, other, "[Yy]ou", clause_only=True)
     text = re.sub(r"\b(?:[Mm]y|[Mm]ine|[Mm]yself)\b(?!-)", lambda m: _owner(m, speaker), text)
@@ -185,7 +201,12 @@ def _segmenter() -> Any:
 def _split_sentences(text: str) -> list[str]:
     # A bracketed note such as "[shares a photo of a bowl]" becomes a sentence of its own.
     text = _BRACKETED.sub(lambda m: ". " + m.group(1).strip() + ". ", text.replace("’", "'"))
-    return [s.strip() for s in _segmenter().segment(text) if s.strip(" .")]
+    sentences: list[str] = []
+    for part in _segmenter().segment(text):
+        # pysbd sometimes keeps "... to me. I ran ..." together; split again where a lower-case
+        # word ends a sentence and a capital starts the next (abbreviations end otherwise).
+        sentences.extend(p.strip() for p in _EXTRA_SPLIT.split(part) if p.strip(" ."))
+    return sentences
 
 
 def _normalise(text: str) -> str:
@@ -203,7 +224,7 @@ def _strip_address(sentence: str, names: Sequence[str]) -> str:
             sentence = re.sub(rf"^(?:{name_alt})\b[\s,!.:;-]*", "", sentence).lstrip()
     if name_alt:
         sentence = re.sub(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)", "", sentence)
-    return sentence[:1].upper() + sentence[1:] if sentence else sentence
+    return sentence
 
 
 def _short_names(names: Iterable[str]) -> list[str]:
@@ -305,17 +326,15 @@ class OfflineExtractor:
                 episode_concepts[ep.id] = tuple(labels)
 
         facts: list[FactDraft] = []
-        for ep in chunk:
+        for ep, ep_labels in zip(chunk, own, strict=True):
             others = [s for s in speakers if s != ep.speaker]
             other = others[0] if len(speakers) == 2 and len(others) == 1 else None
-            for fact in self._facts_of(ep, other, names, vocatives, pool, episode_concepts):
+            for fact in self._facts_of(ep, other, names, vocatives, pool, ep_labels):
                 key = _normalise(fact.text)
                 if key not in seen_facts:
                     seen_facts.add(key)
                     facts.append(fact)
-        return ExtractionResult(
-            facts=facts, episode_concepts=episode_concepts, extractor=self.name
-        )
+        return ExtractionResult(facts=facts, episode_concepts=episode_concepts, extractor=self.name)
 
     @staticmethod
     def _inherited(own: list[list[str]], index: int) -> list[str]:
@@ -334,7 +353,7 @@ class OfflineExtractor:
         names: list[str],
         vocatives: list[str],
         pool: list[str],
-        episode_concepts: dict[str, tuple[str, ...]],
+        episode_labels: list[str],
     ) -> list[FactDraft]:
         said_on = format_day(ep.timestamp.date())
         facts: list[FactDraft] = []
@@ -342,11 +361,15 @@ class OfflineExtractor:
             sentence = _strip_address(raw, vocatives)
             if not sentence or sentence.rstrip().endswith("?"):
                 continue
-            if sentence[:1].islower():
+            if raw[:1].islower() and sentence == raw:
+                # A subject-less note such as "shares a photo of ...": the speaker did it.
                 sentence = f"{ep.speaker} {sentence}"
+            sentence = sentence[:1].upper() + sentence[1:]
             words = _WORD.findall(sentence)
             content = content_words(sentence)
             if len(content) < 2 and not (content and len(words) >= 4):
+                continue
+            if _REACTION.match(sentence) and len(content) < 4:
                 continue
             resolution = resolve_relative_dates(sentence, ep.timestamp)
             rewritten = rewrite_pronouns(resolution.text, ep.speaker, other)
@@ -356,7 +379,8 @@ class OfflineExtractor:
                 for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS)
             ]
             if not labels:
-                labels = list(episode_concepts.get(ep.id, ())[:1])
+                # Fall back on the turn's own topic, never on one inherited from a neighbour.
+                labels = episode_labels[:1]
             facts.append(
                 FactDraft(
                     text=_finish(rewritten.text, said_on, dated),

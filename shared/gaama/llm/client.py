@@ -33,6 +33,7 @@ from gaama.config import Settings
 from gaama.errors import (
     CassetteMiss,
     ConfigError,
+    GaamaError,
     LLMOutputError,
     LLMTransientError,
 )
@@ -243,8 +244,10 @@ class LLMClient:
         async with self._sem:
             try:
                 answer = await self._with_retries(stage, system, user, schema, schema_name)
-            except Exception:
+            except Exception as exc:
                 # Counted, never swallowed: the caller's retry/dead-letter path decides.
+                if not isinstance(exc, GaamaError):
+                    self._metrics.failures.labels("other").inc()
                 self._metrics.calls.labels(self.model, "error").inc()
                 raise
         self._metrics.calls.labels(self.model, "ok").inc()

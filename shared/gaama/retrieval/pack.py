@@ -69,8 +69,11 @@ class Caps:
     budget_words: int = 1000
 
     def cap(self, kind: NodeKind) -> int:
-        return {NodeKind.FACT: self.facts, NodeKind.REFLECTION: self.reflections,
-                NodeKind.EPISODE: self.episodes}.get(kind, 0)
+        return {
+            NodeKind.FACT: self.facts,
+            NodeKind.REFLECTION: self.reflections,
+            NodeKind.EPISODE: self.episodes,
+        }.get(kind, 0)
 
 
 def rank(items: Iterable[Item]) -> list[Item]:
@@ -140,8 +143,10 @@ def order_memory(items: Sequence[Item]) -> list[Item]:
     ranked = rank(items)
     facts = [i for i in ranked if i.kind is NodeKind.FACT]
     reflections = [i for i in ranked if i.kind is NodeKind.REFLECTION]
-    episodes = sorted((i for i in ranked if i.kind is NodeKind.EPISODE),
-                      key=lambda i: (i.time, i.conversation, i.seq, i.id))
+    episodes = sorted(
+        (i for i in ranked if i.kind is NodeKind.EPISODE),
+        key=lambda i: (i.time, i.conversation, i.seq, i.id),
+    )
     return facts + reflections + episodes
 
 
@@ -151,8 +156,11 @@ def total_words(items: Iterable[Item]) -> int:
 
 def render_memory(items: Sequence[Item]) -> str:
     """The packed memory as text for an answering LLM, one section per kind."""
-    titles = {NodeKind.FACT: "Facts", NodeKind.REFLECTION: "Reflections",
-              NodeKind.EPISODE: "Conversation turns"}
+    titles = {
+        NodeKind.FACT: "Facts",
+        NodeKind.REFLECTION: "Reflections",
+        NodeKind.EPISODE: "Conversation turns",
+    }
     parts = []
     for kind in RETURNED_KINDS:
         lines = [f"- {i.text}" for i in items if i.kind is kind]

@@ -29,7 +29,7 @@ import asyncio
 import math
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
@@ -41,7 +41,16 @@ from gaama.errors import ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EdgeKind, Neighbour, NodeKind
-from gaama.retrieval.pack import Caps, Item, Provenance, capped, pack, render_memory, top_k
+from gaama.retrieval.pack import (
+    RETURNED_KINDS,
+    Caps,
+    Item,
+    Provenance,
+    capped,
+    pack,
+    render_memory,
+    top_k,
+)
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.ppr import (
     PPRResult,
@@ -69,9 +78,9 @@ class SearchResult:
     ranked: list[Item]
     words: int
     timings_ms: dict[str, float]
-    subgraph_nodes: int = 0
-    ppr_iterations: int = 0
-    params: RetrievalSettings = field(default_factory=RetrievalSettings)
+    subgraph_nodes: int
+    ppr_iterations: int
+    params: RetrievalSettings  # the effective parameters, overrides applied
 
     @property
     def memory_text(self) -> str:
@@ -91,8 +100,9 @@ def pool_size(k: int, params: RetrievalSettings) -> int:
     return max(2 * k, params.pool_min, math.ceil(params.budget_words / WORDS_PER_ITEM))
 
 
-def resolve_params(base: RetrievalSettings, overrides: Mapping[str, object] | None,
-                   budget: int | None = None) -> RetrievalSettings:
+def resolve_params(
+    base: RetrievalSettings, overrides: Mapping[str, object] | None, budget: int | None = None
+) -> RetrievalSettings:
     """Settings with per-request overrides applied, validated within the settings' bounds.
 
     Raises:
@@ -102,8 +112,10 @@ def resolve_params(base: RetrievalSettings, overrides: Mapping[str, object] | No
     if overrides:
         unknown = sorted(set(overrides) - set(RetrievalSettings.model_fields))
         if unknown:
-            raise ValidationError(f"unknown retrieval parameter(s) {', '.join(unknown)}; allowed: "
-                                  f"{', '.join(RetrievalSettings.model_fields)}")
+            raise ValidationError(
+                f"unknown retrieval parameter(s) {', '.join(unknown)}; allowed: "
+                f"{', '.join(RetrievalSettings.model_fields)}"
+            )
         merged.update(overrides)
     if budget is not None:
         if not BUDGET_MIN <= budget <= BUDGET_MAX:
@@ -136,18 +148,33 @@ class Retriever:
         metrics: Query metrics to observe, if any.
     """
 
-    def __init__(self, graph: GraphStore, index: VectorIndex, embedder: Embedder,
-                 settings: Settings, *, metrics: QueryMetrics | None = None) -> None:
+    def __init__(
+        self,
+        graph: GraphStore,
+        index: VectorIndex,
+        embedder: Embedder,
+        settings: Settings,
+        *,
+        metrics: QueryMetrics | None = None,
+    ) -> None:
         self.graph = graph
         self.index = index
         self.embedder = embedder
         self.settings = settings
         self.metrics = metrics
 
-    async def search(self, tenant: str, query: str, *, mode: Mode = "gaama",
-                     budget: int | None = None, k: int = 20, subject: str | None = None,
-                     conversation: str | None = None,
-                     params: Mapping[str, object] | None = None) -> SearchResult:
+    async def search(
+        self,
+        tenant: str,
+        query: str,
+        *,
+        mode: Mode = "gaama",
+        budget: int | None = None,
+        k: int = 20,
+        subject: str | None = None,
+        conversation: str | None = None,
+        params: Mapping[str, object] | None = None,
+    ) -> SearchResult:
         """Retrieve memory for ``query`` from ``tenant``'s graph.
 
         Args:
@@ -186,23 +213,25 @@ class Retriever:
 
         qvec = np.asarray((await self.embedder.embed([query]))[0], dtype=np.float32)
         lap("embed")
-        hits = await self.index.knn(tenant, qvec, pool_size(k, p), subject=subject,
-                                    conversation=conversation)
+        hits = await self.index.knn(
+            tenant, qvec, pool_size(k, p), subject=subject, conversation=conversation
+        )
         lap("knn")
         sims = {h.id: h.similarity for h in hits}
         ppr: dict[str, float] = {}
         sub: _Subgraph | None = None
         iterations = 0
         if mode != "semantic" and hits:
-            seeds = sorted(hits, key=lambda h: -h.similarity)[:p.seeds]
+            seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
             sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
             missing = [n for n in sub.nodes if n not in sims]
             vecs = await self.graph.vectors(tenant, missing, self.embedder.dim)
             for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
                 sims[node] = float(sim)
             lap("expand")
-            restart = np.array([max(sims[n], 0.0) if i < len(seeds) else 0.0
-                                for i, n in enumerate(sub.nodes)])
+            restart = np.array(
+                [max(sims[n], 0.0) if i < len(seeds) else 0.0 for i, n in enumerate(sub.nodes)]
+            )
             result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
             ppr = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
@@ -212,19 +241,33 @@ class Retriever:
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
         ranked = top_k(items, k)
         eligible = capped(items, caps)
-        await self._fill(tenant, {i.id: i for i in [*ranked, *eligible]},
-                         sub.adjacency if sub else {})
+        await self._fill(
+            tenant, {i.id: i for i in [*ranked, *eligible]}, sub.adjacency if sub else {}
+        )
         ranked = [i for i in ranked if i.text]
         memory = pack([i for i in eligible if i.text], caps)
         lap("pack")
-        out = SearchResult(mode=mode, memory=memory, ranked=ranked, words=count_words(memory),
-                           timings_ms=timings, subgraph_nodes=len(sub.nodes) if sub else 0,
-                           ppr_iterations=iterations, params=p)
+        out = SearchResult(
+            mode=mode,
+            memory=memory,
+            ranked=ranked,
+            words=count_words(memory),
+            timings_ms=timings,
+            subgraph_nodes=len(sub.nodes) if sub else 0,
+            ppr_iterations=iterations,
+            params=p,
+        )
         self._observe(out, time.perf_counter() - started)
         return out
 
-    async def _expand(self, tenant: str, seeds: Sequence[str], p: RetrievalSettings,
-                      subject: str | None, conversation: str | None) -> _Subgraph:
+    async def _expand(
+        self,
+        tenant: str,
+        seeds: Sequence[str],
+        p: RetrievalSettings,
+        subject: str | None,
+        conversation: str | None,
+    ) -> _Subgraph:
         index = {n: i for i, n in enumerate(seeds)}
         adjacency: dict[str, list[Neighbour]] = {}
         frontier = list(seeds)
@@ -234,38 +277,50 @@ class Retriever:
             adjacency.update(await self.graph.neighbours(tenant, frontier))
             new: dict[str, None] = {}
             for node in frontier:
-                for nb in sorted(adjacency.get(node, ()),
-                                 key=lambda n: (-edge_weight(n.kind, n.weight), n.node)):
+                for nb in sorted(
+                    adjacency.get(node, ()), key=lambda n: (-edge_weight(n.kind, n.weight), n.node)
+                ):
                     if nb.node not in index:
                         new[nb.node] = None
             fresh = list(new)
             if subject or conversation:
                 fresh = await self._in_scope(tenant, fresh, subject, conversation)
-            fresh = fresh[:max(p.max_expanded - len(index), 0)]
+            fresh = fresh[: max(p.max_expanded - len(index), 0)]
             for n in fresh:
                 index[n] = len(index)
             frontier = fresh
-        edges = [(index[u], index[nb.node], edge_weight(nb.kind, nb.weight))
-                 for u, nbs in adjacency.items() for nb in nbs if nb.node in index]
+        edges = [
+            (index[u], index[nb.node], edge_weight(nb.kind, nb.weight))
+            for u, nbs in adjacency.items()
+            for nb in nbs
+            if nb.node in index
+        ]
         outer = [n for n in index if n not in adjacency]
         outer_degrees = await self.graph.degrees(tenant, outer) if outer else {}
-        degrees = np.array([len(adjacency[n]) if n in adjacency else outer_degrees.get(n, 0)
-                            for n in index], dtype=np.int64)
+        degrees = np.array(
+            [len(adjacency[n]) if n in adjacency else outer_degrees.get(n, 0) for n in index],
+            dtype=np.int64,
+        )
         return _Subgraph(list(index), edges, degrees, adjacency)
 
-    async def _in_scope(self, tenant: str, ids: list[str], subject: str | None,
-                        conversation: str | None) -> list[str]:
+    async def _in_scope(
+        self, tenant: str, ids: list[str], subject: str | None, conversation: str | None
+    ) -> list[str]:
         check = [n for n in ids if _kind(n) is not NodeKind.CONCEPT]
         if not check:
             return ids
         rows = await self.graph.get_fields(tenant, check, ["conversation", "subject"])
-        ok = {n for n, (conv, subj) in rows.items()
-              if (not conversation or _text(conv) == conversation)
-              and (not subject or _text(subj) == subject)}
+        ok = {
+            n
+            for n, (conv, subj) in rows.items()
+            if (not conversation or _text(conv) == conversation)
+            and (not subject or _text(subj) == subject)
+        }
         return [n for n in ids if n in ok or _kind(n) is NodeKind.CONCEPT]
 
-    async def _fill(self, tenant: str, items: dict[str, Item],
-                    adjacency: dict[str, list[Neighbour]]) -> None:
+    async def _fill(
+        self, tenant: str, items: dict[str, Item], adjacency: dict[str, list[Neighbour]]
+    ) -> None:
         """Text, time and provenance of the items that may be returned (≤ 4 round trips)."""
         ids = list(items)
         rows = await self.graph.get_fields(tenant, ids, _FIELDS)
@@ -285,8 +340,14 @@ class Retriever:
         need = [n for n in refl if n not in adjacency]
         if need:
             adjacency = {**adjacency, **await self.graph.neighbours(tenant, need)}
-        facts_of = {r: [nb.node for nb in adjacency.get(r, ())
-                        if nb.kind is EdgeKind.DERIVED_FROM_FACT and nb.outgoing] for r in refl}
+        facts_of = {
+            r: [
+                nb.node
+                for nb in adjacency.get(r, ())
+                if nb.kind is EdgeKind.DERIVED_FROM_FACT and nb.outgoing
+            ]
+            for r in refl
+        }
         more = sorted({f for fs in facts_of.values() for f in fs} - set(sources))
         if more:
             for f, (src,) in (await self.graph.get_fields(tenant, more, ["sources"])).items():
@@ -323,9 +384,15 @@ class Retriever:
 
 def _run_ppr(sub: _Subgraph, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
     return personalized_pagerank(
-        symmetric_adjacency(len(sub.nodes), sub.edges), restart, alpha=p.alpha,
-        max_iter=p.max_iter, tol=p.tol, degrees=sub.degrees, hub_degree=p.hub_degree,
-        hub_dampening=p.hub_dampening)
+        symmetric_adjacency(len(sub.nodes), sub.edges),
+        restart,
+        alpha=p.alpha,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        degrees=sub.degrees,
+        hub_degree=p.hub_degree,
+        hub_dampening=p.hub_dampening,
+    )
 
 
 def _kind(node: str) -> NodeKind | None:
@@ -343,13 +410,17 @@ def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
 
 
-def _score(sims: Mapping[str, float], ppr: Mapping[str, float], w_ppr: float,
-           w_sim: float) -> list[Item]:
+def _score(
+    sims: Mapping[str, float], ppr: Mapping[str, float], w_ppr: float, w_sim: float
+) -> list[Item]:
     """Items of the returnable candidates with max-normalised sim and PPR and the final score."""
-    ids = [n for n in dict.fromkeys([*sims, *ppr]) if _kind(n) in
-           (NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE)]
+    kinds = {n: _kind(n) for n in dict.fromkeys([*sims, *ppr])}
+    returned = {n: k for n, k in kinds.items() if k in RETURNED_KINDS and k is not None}
+    ids = list(returned)
     sim = _norm_max(np.clip(np.array([sims.get(n, 0.0) for n in ids]), 0.0, None))
     pr = _norm_max(np.array([ppr.get(n, 0.0) for n in ids]))
     score = w_ppr * pr + w_sim * sim
-    return [Item(id=n, kind=NodeKind(_kind(n)), sim=float(s), ppr=float(q), score=float(sc))
-            for n, s, q, sc in zip(ids, sim.tolist(), pr.tolist(), score.tolist(), strict=True)]
+    return [
+        Item(id=n, kind=returned[n], sim=float(s), ppr=float(q), score=float(sc))
+        for n, s, q, sc in zip(ids, sim.tolist(), pr.tolist(), score.tolist(), strict=True)
+    ]

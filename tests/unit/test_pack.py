@@ -1,0 +1,103 @@
+"""Packing: caps per kind, word budget shared in proportion to the caps, episode order."""
+
+from __future__ import annotations
+
+import pytest
+
+from gaama.model import NodeKind
+from gaama.retrieval.pack import (
+    Caps,
+    Item,
+    capped,
+    pack,
+    render_memory,
+    shares,
+    top_k,
+    total_words,
+)
+
+F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
+
+
+def item(i: str, kind: NodeKind, score: float, words: int = 1, time: float = 0.0,
+         seq: int = 0) -> Item:
+    return Item(id=i, kind=kind, text=" ".join(["w"] * words), score=score, time=time, seq=seq)
+
+
+def test_concepts_never_returned() -> None:
+    items = [item("c1", C, 9.0), item("f1", F, 1.0), item("e1", E, 0.5)]
+    assert [i.id for i in top_k(items, 10)] == ["f1", "e1"]
+    assert all(i.kind is not C for i in pack(items, Caps()))
+
+
+def test_caps_per_kind() -> None:
+    items = [item(f"f{n}", F, 10 - n / 100) for n in range(100)]
+    items += [item(f"r{n}", R, 5 - n / 100) for n in range(50)]
+    items += [item(f"e{n}", E, 1 - n / 1000) for n in range(200)]
+    kept = capped(items, Caps())
+    counts = {k: sum(1 for i in kept if i.kind is k) for k in (F, R, E)}
+    assert counts == {F: 60, R: 20, E: 80}
+    assert {i.id for i in kept if i.kind is F} == {f"f{n}" for n in range(60)}  # the best ones
+    packed = pack(items, Caps(budget_words=10_000))
+    assert len(packed) == 160
+
+
+def test_shares_are_proportional_to_caps() -> None:
+    caps = Caps(budget_words=1000)
+    s = shares([F, R, E], caps)
+    assert s[F] == pytest.approx(1000 * 60 / 160)
+    assert s[R] == pytest.approx(1000 * 20 / 160)
+    assert s[E] == pytest.approx(1000 * 80 / 160)
+    # A kind without candidates leaves no share behind.
+    s2 = shares([F, E], caps)
+    assert s2[F] == pytest.approx(1000 * 60 / 140) and R not in s2
+
+
+def test_budget_trimmed_in_proportion_to_caps() -> None:
+    # Plenty of 10-word items of each kind; facts outrank everything.
+    items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
+    items += [item(f"r{n}", R, 2 - n / 100, words=10) for n in range(20)]
+    items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
+    packed = pack(items, Caps(budget_words=320))  # shares 120 / 40 / 160 words
+    counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
+    assert counts == {F: 12, R: 4, E: 16}
+    assert total_words(packed) == 320
+
+
+def test_unused_share_is_redistributed() -> None:
+    # Only 2 short reflections: their unused share goes to the best remaining items.
+    items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
+    items += [item("r0", R, 2.5, words=5), item("r1", R, 2.4, words=5)]
+    items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
+    packed = pack(items, Caps(budget_words=320))
+    counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
+    # facts 120 w (12), refl 10 of 40 w, episodes 160 w (16); 30 spare words → 3 more facts.
+    assert counts == {F: 15, R: 2, E: 16}
+    assert total_words(packed) <= 320
+
+
+def test_budget_never_exceeded_and_oversized_items_skipped() -> None:
+    items = [item("f0", F, 5, words=2000), item("f1", F, 4, words=30), item("e0", E, 3, words=40)]
+    packed = pack(items, Caps(budget_words=100))
+    assert [i.id for i in packed] == ["f1", "e0"]
+    assert total_words(packed) <= 100
+
+
+def test_order_facts_reflections_then_episodes_in_time_order() -> None:
+    items = [
+        item("e_late", E, 9.0, time=300.0),
+        item("e_b", E, 8.0, time=100.0, seq=2),
+        item("e_a", E, 1.0, time=100.0, seq=1),
+        item("r1", R, 2.0),
+        item("f1", F, 1.5),
+        item("f2", F, 3.0),
+    ]
+    packed = pack(items, Caps())
+    assert [i.id for i in packed] == ["f2", "f1", "r1", "e_a", "e_b", "e_late"]
+    text = render_memory(packed)
+    assert text.index("Facts:") < text.index("Reflections:") < text.index("Conversation turns:")
+
+
+def test_ranked_list_is_by_score() -> None:
+    items = [item("e1", E, 0.2), item("f1", F, 0.9), item("r1", R, 0.5), item("c1", C, 1.0)]
+    assert [i.id for i in top_k(items, 2)] == ["f1", "r1"]
