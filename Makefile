@@ -25,7 +25,7 @@ run: install
 
 ## The whole suite; starts the real Redis + broker itself (session fixture).
 test: install
-	bash scripts/install-kubectl.sh
+	bash scripts/install-kubectl.sh $(BIN)/python
 	$(BIN)/python -m pytest -q
 
 test-fast: install

@@ -61,7 +61,7 @@ def episode_node(turn: TurnReceived, vector: list[float] | None = None) -> Node:
         id=ids.episode_id(turn.tenant, turn.conversation, turn.turn_id), tenant=turn.tenant,
         kind=NodeKind.EPISODE, text=turn.episode_text(), time=turn.timestamp.timestamp(),
         conversation=turn.conversation, subject=turn.subject, turn_id=turn.turn_id,
-        speaker=turn.speaker, vector=vector, extra={"raw": turn.text},
+        speaker=turn.speaker, vector=vector, extra={"raw": turn.said()},
     )
 
 
@@ -90,7 +90,7 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
         result.out.append(Outgoing(TOPIC_EPISODES, conversation_key(turn.tenant, turn.conversation),
                                    EpisodeStored(
             tenant=turn.tenant, conversation=turn.conversation, episode_id=node.id,
-            turn_id=turn.turn_id, speaker=turn.speaker, text=node.text, raw_text=turn.text,
+            turn_id=turn.turn_id, speaker=turn.speaker, text=node.text, raw_text=turn.said(),
             timestamp=turn.timestamp, subject=turn.subject, end_of_session=turn.end_of_session)))
     return result
 

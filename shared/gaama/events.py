@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -81,10 +82,15 @@ class TurnReceived(Event):
     def episode_text(self) -> str:
         """The verbatim episode text: ``"[<session time>] <speaker>: <text>"``."""
         stamp = self.timestamp.strftime("%-I:%M %p on %-d %B, %Y")
-        text = f"[{stamp}] {self.speaker}: {self.text}"
-        if self.image_caption:
-            text += f" [shares a photo of {self.image_caption}]"
-        return text
+        return f"[{stamp}] {self.speaker}: {self.said()}"
+
+    def said(self) -> str:
+        """What the speaker said, with a shared image's caption as ``[shares a photo of ...]``."""
+        if not self.image_caption:
+            return self.text
+        caption = re.sub(r"^(a|an)\s+(photo|picture|image)\s+of\s+", "",
+                         self.image_caption.strip(), flags=re.I)
+        return f"{self.text} [shares a photo of {caption}]"
 
 
 class EpisodeStored(Event):

@@ -62,6 +62,11 @@ def entity_id(tenant: str, name: str) -> str:
     return node_id(tenant, NodeKind.ENTITY, normalize_text(name))
 
 
+def chunk_id(tenant: str, conversation: str, first_episode: str, last_episode: str) -> str:
+    """Id of an extraction chunk: the same episodes always make the same chunk id."""
+    return "ch_" + _digest(tenant, "chunk", conversation, first_episode, last_episode)
+
+
 def derived_turn_id(timestamp: str, speaker: str, text: str) -> str:
     """A turn id for producers that send none: stable for the same turn content."""
     return "h_" + _digest(timestamp, speaker, text)[:16]

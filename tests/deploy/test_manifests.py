@@ -35,10 +35,9 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
-
 from gaama import metrics as gm
-from gaama.config import Settings
+from gaama.config import Settings, load_settings
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -65,12 +64,21 @@ TARGETS = ("base", "base+keda", "dev", "prod")
 # from calling these functions on a fresh registry.
 SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
     "ingest": [lambda r: gm.stage_metrics("ingest", r), lambda r: gm.embed_metrics("ingest", r)],
-    "extract": [lambda r: gm.stage_metrics("extract", r), lambda r: gm.embed_metrics("extract", r),
-                lambda r: gm.llm_metrics("extract", r)],
-    "reflect": [lambda r: gm.stage_metrics("reflect", r), lambda r: gm.embed_metrics("reflect", r),
-                lambda r: gm.llm_metrics("reflect", r)],
-    "query": [gm.query_metrics, lambda r: gm.embed_metrics("query", r),
-              lambda r: gm.graph_size_gauge("query", r)],
+    "extract": [
+        lambda r: gm.stage_metrics("extract", r),
+        lambda r: gm.embed_metrics("extract", r),
+        lambda r: gm.llm_metrics("extract", r),
+    ],
+    "reflect": [
+        lambda r: gm.stage_metrics("reflect", r),
+        lambda r: gm.embed_metrics("reflect", r),
+        lambda r: gm.llm_metrics("reflect", r),
+    ],
+    "query": [
+        gm.query_metrics,
+        lambda r: gm.embed_metrics("query", r),
+        lambda r: gm.graph_size_gauge("query", r),
+    ],
 }
 # Series that do not come from our code, each with where it comes from.
 EXTERNAL_METRICS = {
@@ -135,16 +143,21 @@ def render(kubectl: str, tmp_path_factory: pytest.TempPathFactory) -> Callable[[
         if target == "base+keda":
             # Kustomize only takes relative paths, so the wrapper points back into the repo.
             d = tmp_path_factory.mktemp("base-keda")
-            (d / "kustomization.yaml").write_text(yaml.safe_dump({
-                "apiVersion": "kustomize.config.k8s.io/v1beta1",
-                "kind": "Kustomization",
-                "resources": [os.path.relpath(K8S / "base", d)],
-                "components": [os.path.relpath(K8S / "components" / "keda", d)],
-            }))
+            (d / "kustomization.yaml").write_text(
+                yaml.safe_dump(
+                    {
+                        "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                        "kind": "Kustomization",
+                        "resources": [os.path.relpath(K8S / "base", d)],
+                        "components": [os.path.relpath(K8S / "components" / "keda", d)],
+                    }
+                )
+            )
         else:
             d = K8S / target if target == "base" else K8S / "overlays" / target
-        proc = subprocess.run([kubectl, "kustomize", str(d)], capture_output=True, text=True,
-                              timeout=120, check=False)
+        proc = subprocess.run(
+            [kubectl, "kustomize", str(d)], capture_output=True, text=True, timeout=120, check=False
+        )
         assert proc.returncode == 0, f"kubectl kustomize {target} failed:\n{proc.stderr}"
         return [o for o in yaml.safe_load_all(proc.stdout) if o]
 
@@ -160,8 +173,9 @@ def by_name(objs: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:
 
 
 def partitions(objs: list[dict[str, Any]]) -> int:
-    (cm,) = [c for c in of_kind(objs, "ConfigMap") if c["metadata"]["name"].startswith(
-        "gaama-config")]
+    (cm,) = [
+        c for c in of_kind(objs, "ConfigMap") if c["metadata"]["name"].startswith("gaama-config")
+    ]
     return int(cm["data"]["GAAMA_TOPIC_PARTITIONS"])
 
 
@@ -169,57 +183,134 @@ def partitions(objs: list[dict[str, Any]]) -> int:
 
 _DURATION = {"type": "string", "pattern": r"^([0-9]+(ms|s|m|h|d|w|y))+$"}
 _STR_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
-_META = {"type": "object", "required": ["name"],
-         "properties": {"name": {"type": "string", "minLength": 1},
-                        "labels": _STR_MAP, "annotations": _STR_MAP}}
-_LABEL_SELECTOR = {"type": "object", "minProperties": 1,
-                   "properties": {"matchLabels": _STR_MAP, "matchExpressions": {"type": "array"}},
-                   "additionalProperties": False}
+_META = {
+    "type": "object",
+    "required": ["name"],
+    "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "labels": _STR_MAP,
+        "annotations": _STR_MAP,
+    },
+}
+_LABEL_SELECTOR = {
+    "type": "object",
+    "minProperties": 1,
+    "properties": {"matchLabels": _STR_MAP, "matchExpressions": {"type": "array"}},
+    "additionalProperties": False,
+}
 
 CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
     ("monitoring.coreos.com/v1", "ServiceMonitor"): {
-        "type": "object", "required": ["metadata", "spec"],
-        "properties": {"metadata": _META, "spec": {
-            "type": "object", "required": ["selector", "endpoints"],
-            "properties": {
-                "selector": _LABEL_SELECTOR,
-                "endpoints": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["port"], "additionalProperties": False,
-                    "properties": {"port": {"type": "string"},
-                                   "path": {"type": "string", "pattern": "^/"},
-                                   "interval": _DURATION, "scrapeTimeout": _DURATION}}},
-            }}}},
+        "type": "object",
+        "required": ["metadata", "spec"],
+        "properties": {
+            "metadata": _META,
+            "spec": {
+                "type": "object",
+                "required": ["selector", "endpoints"],
+                "properties": {
+                    "selector": _LABEL_SELECTOR,
+                    "endpoints": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["port"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "port": {"type": "string"},
+                                "path": {"type": "string", "pattern": "^/"},
+                                "interval": _DURATION,
+                                "scrapeTimeout": _DURATION,
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
     ("monitoring.coreos.com/v1", "PrometheusRule"): {
-        "type": "object", "required": ["metadata", "spec"],
-        "properties": {"metadata": _META, "spec": {
-            "type": "object", "required": ["groups"], "additionalProperties": False,
-            "properties": {"groups": {"type": "array", "minItems": 1, "items": {
-                "type": "object", "required": ["name", "rules"], "additionalProperties": False,
-                "properties": {"name": {"type": "string"}, "interval": _DURATION,
-                               "rules": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["expr"], "additionalProperties": False,
-                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
-                    "properties": {"alert": {"type": "string"}, "record": {"type": "string"},
-                                   "expr": {"type": "string", "minLength": 1},
-                                   "for": _DURATION, "labels": _STR_MAP,
-                                   "annotations": _STR_MAP}}}}}}}}}},
+        "type": "object",
+        "required": ["metadata", "spec"],
+        "properties": {
+            "metadata": _META,
+            "spec": {
+                "type": "object",
+                "required": ["groups"],
+                "additionalProperties": False,
+                "properties": {
+                    "groups": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["name", "rules"],
+                            "additionalProperties": False,
+                            "properties": {
+                                "name": {"type": "string"},
+                                "interval": _DURATION,
+                                "rules": {
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["expr"],
+                                        "additionalProperties": False,
+                                        "oneOf": [
+                                            {"required": ["alert"]},
+                                            {"required": ["record"]},
+                                        ],
+                                        "properties": {
+                                            "alert": {"type": "string"},
+                                            "record": {"type": "string"},
+                                            "expr": {"type": "string", "minLength": 1},
+                                            "for": _DURATION,
+                                            "labels": _STR_MAP,
+                                            "annotations": _STR_MAP,
+                                        },
+                                    },
+                                },
+                            },
+                        },
+                    }
+                },
+            },
+        },
+    },
     ("keda.sh/v1alpha1", "ScaledObject"): {
-        "type": "object", "required": ["metadata", "spec"],
-        "properties": {"metadata": _META, "spec": {
-            "type": "object", "required": ["scaleTargetRef", "triggers"],
-            "properties": {
-                "scaleTargetRef": {"type": "object", "required": ["name"],
-                                   "properties": {"name": {"type": "string"}}},
-                "minReplicaCount": {"type": "integer", "minimum": 0},
-                "maxReplicaCount": {"type": "integer", "minimum": 1},
-                "pollingInterval": {"type": "integer", "minimum": 1},
-                "cooldownPeriod": {"type": "integer", "minimum": 0},
-                "advanced": {"type": "object"},
-                "triggers": {"type": "array", "minItems": 1, "items": {
-                    "type": "object", "required": ["type", "metadata"],
-                    # KEDA trigger metadata is a map of strings; a bare number fails there.
-                    "properties": {"type": {"type": "string"}, "metadata": _STR_MAP}}},
-            }, "additionalProperties": False}}},
+        "type": "object",
+        "required": ["metadata", "spec"],
+        "properties": {
+            "metadata": _META,
+            "spec": {
+                "type": "object",
+                "required": ["scaleTargetRef", "triggers"],
+                "properties": {
+                    "scaleTargetRef": {
+                        "type": "object",
+                        "required": ["name"],
+                        "properties": {"name": {"type": "string"}},
+                    },
+                    "minReplicaCount": {"type": "integer", "minimum": 0},
+                    "maxReplicaCount": {"type": "integer", "minimum": 1},
+                    "pollingInterval": {"type": "integer", "minimum": 1},
+                    "cooldownPeriod": {"type": "integer", "minimum": 0},
+                    "advanced": {"type": "object"},
+                    "triggers": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "required": ["type", "metadata"],
+                            # KEDA trigger metadata is a map of strings; a bare number fails there.
+                            "properties": {"type": {"type": "string"}, "metadata": _STR_MAP},
+                        },
+                    },
+                },
+                "additionalProperties": False,
+            },
+        },
+    },
 }
 
 
@@ -249,10 +340,12 @@ def test_target_renders_and_validates(render: Callable[[str], list[dict]], targe
         for obj in objs:
             try:
                 validate_object(obj, version)
-            except (jsonschema.ValidationError, Exception) as exc:  # noqa: BLE001 - report all
+            except Exception as exc:  # every failure, reported together below
                 where = ".".join(str(p) for p in getattr(exc, "absolute_path", []))
-                errors.append(f"{version} {obj['kind']}/{obj['metadata']['name']} {where}: "
-                              f"{getattr(exc, 'message', exc)}")
+                errors.append(
+                    f"{version} {obj['kind']}/{obj['metadata']['name']} {where}: "
+                    f"{getattr(exc, 'message', exc)}"
+                )
     assert not errors, "\n".join(errors)
 
 
@@ -301,8 +394,9 @@ def test_prod_keeps_secrets_out_of_git(render: Callable[[str], list[dict]]) -> N
 
 @pytest.mark.requires_kubectl
 @pytest.mark.parametrize("target", TARGETS)
-def test_consumer_replicas_within_partitions(render: Callable[[str], list[dict]],
-                                             target: str) -> None:
+def test_consumer_replicas_within_partitions(
+    render: Callable[[str], list[dict]], target: str
+) -> None:
     objs = render(target)
     n = partitions(objs)
     deployments = by_name(objs, "Deployment")
@@ -354,8 +448,9 @@ def test_every_container_is_hardened(render: Callable[[str], list[dict]], target
 @pytest.mark.requires_kubectl
 @pytest.mark.parametrize("target", TARGETS)
 def test_containers_run_their_service(render: Callable[[str], list[dict]], target: str) -> None:
-    for service, dep in ((s, by_name(render(target), "Deployment")[f"gaama-{s}"])
-                         for s in SERVICES):
+    for service, dep in (
+        (s, by_name(render(target), "Deployment")[f"gaama-{s}"]) for s in SERVICES
+    ):
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         assert c["args"] == [f"services.{service}.main"]
         assert "command" not in c, "the image's ENTRYPOINT is python -m"
@@ -364,16 +459,25 @@ def test_containers_run_their_service(render: Callable[[str], list[dict]], targe
 
 @pytest.mark.requires_kubectl
 @pytest.mark.parametrize("target", TARGETS)
-def test_network_policy_allows_only_what_is_needed(render: Callable[[str], list[dict]],
-                                                   target: str) -> None:
+def test_network_policy_allows_only_what_is_needed(
+    render: Callable[[str], list[dict]], target: str
+) -> None:
     policies = of_kind(render(target), "NetworkPolicy")
     deny = [p for p in policies if p["spec"]["podSelector"] == {}]
     assert deny and set(deny[0]["spec"]["policyTypes"]) == {"Ingress", "Egress"}
     assert "ingress" not in deny[0]["spec"] and "egress" not in deny[0]["spec"]
-    egress_ports = {p["port"] for pol in policies for rule in pol["spec"].get("egress", [])
-                    for p in rule.get("ports", [])}
-    ingress_ports = {p["port"] for pol in policies for rule in pol["spec"].get("ingress", [])
-                     for p in rule.get("ports", [])}
+    egress_ports = {
+        p["port"]
+        for pol in policies
+        for rule in pol["spec"].get("egress", [])
+        for p in rule.get("ports", [])
+    }
+    ingress_ports = {
+        p["port"]
+        for pol in policies
+        for rule in pol["spec"].get("ingress", [])
+        for p in rule.get("ports", [])
+    }
     assert egress_ports == {53, 6379, 9092, 443}
     assert ingress_ports == {8080}
 
@@ -390,15 +494,16 @@ def _check_settings(env: dict[str, str], where: str, monkeypatch: pytest.MonkeyP
             monkeypatch.delenv(k)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    s = Settings()
+    s = load_settings()
     assert s.http_host == "0.0.0.0"
     assert {s.ingest_port, s.extract_port, s.reflect_port, s.query_port} == {8080}
 
 
 @pytest.mark.requires_kubectl
 @pytest.mark.parametrize("target", TARGETS)
-def test_config_is_valid_settings(render: Callable[[str], list[dict]], target: str,
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_config_is_valid_settings(
+    render: Callable[[str], list[dict]], target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     objs = render(target)
     secrets = of_kind(objs, "Secret") or [load_yaml(K8S / "base" / "secret.yaml")]
     _check_settings(env_of(of_kind(objs, "ConfigMap"), secrets), target, monkeypatch)
@@ -424,8 +529,12 @@ def compose_schema() -> dict[str, Any]:
     package's location without importing it (its CLI import chain is not needed here)."""
     spec = importlib.util.find_spec("check_jsonschema")
     assert spec and spec.submodule_search_locations, "check-jsonschema is a dev dependency"
-    path = (Path(next(iter(spec.submodule_search_locations)))
-            / "builtin_schemas" / "vendor" / "compose-spec.json")
+    path = (
+        Path(next(iter(spec.submodule_search_locations)))
+        / "builtin_schemas"
+        / "vendor"
+        / "compose-spec.json"
+    )
     return json.loads(path.read_text(encoding="utf-8"))
 
 
@@ -433,8 +542,10 @@ def test_compose_matches_the_compose_spec() -> None:
     schema = compose_schema()
     validator_cls = jsonschema.validators.validator_for(schema)
     validator_cls.check_schema(schema)
-    errors = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-              for e in validator_cls(schema).iter_errors(load_yaml(COMPOSE))]
+    errors = [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for e in validator_cls(schema).iter_errors(load_yaml(COMPOSE))
+    ]
     assert not errors, "\n".join(errors)
 
 
@@ -448,8 +559,10 @@ def test_compose_stack_is_wired() -> None:
             assert svc["cap_drop"] == ["ALL"]
             assert "healthcheck" in svc
             assert {k: v["condition"] for k, v in svc["depends_on"].items()} == {
-                "redis": "service_healthy", "kafka": "service_healthy",
-                "topics": "service_completed_successfully"}
+                "redis": "service_healthy",
+                "kafka": "service_healthy",
+                "topics": "service_completed_successfully",
+            }
         else:  # third-party images pinned to an exact release
             assert re.search(r":v?\d+\.\d+\.\d+", image), f"{name}: pin {image}"
         assert svc.get("restart") in ("unless-stopped", "always", "no"), name
@@ -475,25 +588,45 @@ def alert_rules() -> list[dict[str, Any]]:
 def test_prometheus_rule_equals_alerts_file() -> None:
     assert load_yaml(PROM_RULE)["spec"] == load_yaml(ALERTS), (
         "deploy/k8s/base/monitoring/prometheusrule.yaml spec.groups must be a copy of "
-        "deploy/prometheus/alerts.yml")
+        "deploy/prometheus/alerts.yml"
+    )
 
 
 def test_required_alerts_exist_with_runbooks() -> None:
     names = {r["alert"] for r in alert_rules()}
-    assert {"GaamaConsumerLagHigh", "GaamaDeadLetters", "GaamaLLMFailureRateHigh",
-            "GaamaQueryLatencyHigh", "GaamaRedisMemoryHigh"} <= names
-    headings = {re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
-                for h in re.findall(r"^#+ (.+)$", OPERATIONS.read_text(encoding="utf-8"), re.M)}
+    assert {
+        "GaamaConsumerLagHigh",
+        "GaamaDeadLetters",
+        "GaamaLLMFailureRateHigh",
+        "GaamaQueryLatencyHigh",
+        "GaamaRedisMemoryHigh",
+    } <= names
+    headings = {
+        re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", OPERATIONS.read_text(encoding="utf-8"), re.M)
+    }
     for r in alert_rules():
         anchor = r["annotations"]["runbook_url"].split("#", 1)[1]
         assert anchor in headings, f"{r['alert']}: no runbook heading for #{anchor}"
         assert r["labels"]["severity"] in ("warning", "critical")
 
 
+def test_operations_doc_names_real_settings() -> None:
+    """The configuration table in docs/operations.md names only variables Settings reads."""
+    fields = {f"GAAMA_{name.upper()}" for name in Settings.model_fields}
+    documented = re.findall(
+        r"`(GAAMA_[A-Z_]+?)(?:__<FIELD>)?`", OPERATIONS.read_text(encoding="utf-8")
+    )
+    unknown = sorted({v for v in documented if v.split("__")[0] not in fields})
+    assert not unknown, f"documented but not in gaama.config.Settings: {unknown}"
+
+
 def test_prometheus_scrapes_every_service() -> None:
     config = load_yaml(PROM_CONFIG)
-    jobs = {j["job_name"]: [t for sc in j["static_configs"] for t in sc["targets"]]
-            for j in config["scrape_configs"]}
+    jobs = {
+        j["job_name"]: [t for sc in j["static_configs"] for t in sc["targets"]]
+        for j in config["scrape_configs"]
+    }
     for s in SERVICES:
         assert jobs[f"gaama-{s}"] == [f"{s}:8080"]
     mounts = load_yaml(COMPOSE)["services"]["prometheus"]["volumes"]
@@ -514,9 +647,13 @@ def known_series() -> dict[str, dict[str, set[str]]]:
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
-    suffixes = {"counter": ("_total", "_created"), "histogram": ("_bucket", "_sum", "_count",
-                                                                 "_created"),
-                "summary": ("_sum", "_count", "_created"), "gauge": ("",), "info": ("_info",)}
+    suffixes = {
+        "counter": ("_total", "_created"),
+        "histogram": ("_bucket", "_sum", "_count", "_created"),
+        "summary": ("_sum", "_count", "_created"),
+        "gauge": ("",),
+        "info": ("_info",),
+    }
     series: dict[str, dict[str, set[str]]] = {}
     for family in registry.collect():
         for suffix in suffixes.get(family.type, ("",)):
@@ -531,8 +668,21 @@ def known_series() -> dict[str, dict[str, set[str]]]:
 _GRAFANA_VARS = re.compile(r"\$\{?(\w+)\}?")
 _SELECTOR = re.compile(r"([A-Za-z_:][\w:]*)\s*\{([^}]*)\}")
 _MATCHER = re.compile(r'(\w+)\s*(=~|!~|!=|=)\s*"([^"]*)"')
-_PROMQL_WORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left",
-                 "group_right", "bool", "offset", "inf", "nan"}
+_PROMQL_WORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 def _plain(expr: str) -> str:
@@ -585,20 +735,29 @@ def dashboard_exprs() -> list[tuple[str, str]]:
             yield p
             yield from panels(p.get("panels", []))
 
-    return [(p["title"], t["expr"]) for p in panels(dash["panels"])
-            for t in p.get("targets", []) if t.get("expr")]
+    return [
+        (p["title"], t["expr"])
+        for p in panels(dash["panels"])
+        for t in p.get("targets", [])
+        if t.get("expr")
+    ]
 
 
 def all_exprs() -> list[tuple[str, str]]:
     rules = [(f"alerts.yml {r['alert']}", r["expr"]) for r in alert_rules()]
-    crd = [(f"PrometheusRule {r.get('alert')}", r["expr"])
-           for g in load_yaml(PROM_RULE)["spec"]["groups"] for r in g["rules"]]
+    crd = [
+        (f"PrometheusRule {r.get('alert')}", r["expr"])
+        for g in load_yaml(PROM_RULE)["spec"]["groups"]
+        for r in g["rules"]
+    ]
     return [(f"dashboard {t}", e) for t, e in dashboard_exprs()] + rules + crd
 
 
 def test_metric_name_extraction() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le, mode) (rate(gaama_query_seconds_bucket'
-            '{mode="ppr"}[$__rate_interval]))) * $price / 1e6 > bool 1 and on() up{job=~"x"}')
+    expr = (
+        "histogram_quantile(0.99, sum by (le, mode) (rate(gaama_query_seconds_bucket"
+        '{mode="ppr"}[$__rate_interval]))) * $price / 1e6 > bool 1 and on() up{job=~"x"}'
+    )
     assert metric_names(expr) == {"gaama_query_seconds_bucket", "up"}
 
 
@@ -634,9 +793,15 @@ def test_dashboard_is_well_formed() -> None:
         for var in _GRAFANA_VARS.findall(expr):
             assert var.startswith("__") or var in variables, f"undefined ${var}"
     exprs = " ".join(e for _, e in dashboard_exprs())
-    for needle in ("gaama_query_graph_nodes", "gaama_query_seconds_bucket",
-                   "gaama_query_stage_seconds_bucket", "llm_tokens_total", "dead_lettered_total",
-                   "consumer_lag", "consumed_total"):
+    for needle in (
+        "gaama_query_graph_nodes",
+        "gaama_query_seconds_bucket",
+        "gaama_query_stage_seconds_bucket",
+        "llm_tokens_total",
+        "dead_lettered_total",
+        "consumer_lag",
+        "consumed_total",
+    ):
         assert needle in exprs, needle
 
 
@@ -652,5 +817,9 @@ def test_dockerfile_basics() -> None:
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert 'ENTRYPOINT ["python", "-m"]' in text
     assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
-    for service in SERVICES:  # the module each command names exists
-        assert (ROOT / "services" / service / "main.py").is_file(), service
+
+
+@pytest.mark.parametrize("service", SERVICES)
+def test_service_module_named_by_the_manifests_exists(service: str) -> None:
+    """Compose, the Deployments and the Dockerfile run `python -m services.<name>.main`."""
+    assert (ROOT / "services" / service / "main.py").is_file()

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
-
-from gaama.config import Settings
+from gaama.config import Settings, load_settings
 from gaama.embed import MiniLMEmbedder
 from gaama.errors import ValidationError
 from gaama.ids import concept_id, episode_id, fact_id, reflection_id
@@ -38,21 +37,50 @@ TURNS = {
 }
 FACTS = [
     # text, conversation, subject, source turn ids, concepts
-    ("Caroline attends a pottery class since early May 2023.", "conv1", "Caroline",
-     ["D1:1"], ["pottery_hobby"]),
-    ("Caroline made a blue bowl for her mother in pottery class.", "conv1", "Caroline",
-     ["D1:2", "D1:3"], ["pottery_hobby"]),
-    ("Melanie went camping at a lake with her children in late April 2023.", "conv1",
-     "Melanie", ["D1:4", "D1:6"], ["camping_trip"]),
-    ("Jon is opening a dance studio after losing his bank job.", "conv2", "Jon", ["D1:1"],
-     ["dance_studio"]),
+    (
+        "Caroline attends a pottery class since early May 2023.",
+        "conv1",
+        "Caroline",
+        ["D1:1"],
+        ["pottery_hobby"],
+    ),
+    (
+        "Caroline made a blue bowl for her mother in pottery class.",
+        "conv1",
+        "Caroline",
+        ["D1:2", "D1:3"],
+        ["pottery_hobby"],
+    ),
+    (
+        "Melanie went camping at a lake with her children in late April 2023.",
+        "conv1",
+        "Melanie",
+        ["D1:4", "D1:6"],
+        ["camping_trip"],
+    ),
+    (
+        "Jon is opening a dance studio after losing his bank job.",
+        "conv2",
+        "Jon",
+        ["D1:1"],
+        ["dance_studio"],
+    ),
     ("Jon's pottery bowls crack in the kiln.", "conv2", "Jon", ["D1:3"], ["pottery_hobby"]),
 ]
-REFLECTION = ("Caroline finds creative crafts like pottery relaxing and meaningful.", "conv1",
-              "Caroline", [0, 1])
-EPISODE_CONCEPTS = {("conv1", "D1:1"): ["pottery_hobby"], ("conv1", "D1:3"): ["pottery_hobby"],
-                    ("conv1", "D1:4"): ["camping_trip"], ("conv1", "D1:6"): ["camping_trip"],
-                    ("conv2", "D1:3"): ["pottery_hobby"], ("conv2", "D1:1"): ["dance_studio"]}
+REFLECTION = (
+    "Caroline finds creative crafts like pottery relaxing and meaningful.",
+    "conv1",
+    "Caroline",
+    [0, 1],
+)
+EPISODE_CONCEPTS = {
+    ("conv1", "D1:1"): ["pottery_hobby"],
+    ("conv1", "D1:3"): ["pottery_hobby"],
+    ("conv1", "D1:4"): ["camping_trip"],
+    ("conv1", "D1:6"): ["camping_trip"],
+    ("conv2", "D1:3"): ["pottery_hobby"],
+    ("conv2", "D1:1"): ["dance_studio"],
+}
 
 
 @dataclass
@@ -73,9 +101,18 @@ async def build_memory(graph: GraphStore, embedder: MiniLMEmbedder, tenant: str)
         for n, ((turn, spk, _), text, vec) in enumerate(zip(turns, texts, vecs, strict=True)):
             eid = episode_id(tenant, conv, turn)
             b.episodes[(conv, turn)] = eid
-            node = Node(id=eid, tenant=tenant, kind=NodeKind.EPISODE, text=text,
-                        time=T0 + (DAY if conv == "conv2" else 0.0), conversation=conv,
-                        subject=spk, turn_id=turn, speaker=spk, vector=vec.tolist())
+            node = Node(
+                id=eid,
+                tenant=tenant,
+                kind=NodeKind.EPISODE,
+                text=text,
+                time=T0 + (DAY if conv == "conv2" else 0.0),
+                conversation=conv,
+                subject=spk,
+                turn_id=turn,
+                speaker=spk,
+                vector=vec.tolist(),
+            )
             assert n >= 0 and await graph.append_episode(node)
     labels = sorted({c for f in FACTS for c in f[4]})
     label_vecs = await embedder.embed([lab.replace("_", " ") for lab in labels])
@@ -83,39 +120,69 @@ async def build_memory(graph: GraphStore, embedder: MiniLMEmbedder, tenant: str)
     edges: list[Edge] = []
     for lab, vec in zip(labels, label_vecs, strict=True):
         b.concepts[lab] = concept_id(tenant, lab)
-        nodes.append(Node(id=b.concepts[lab], tenant=tenant, kind=NodeKind.CONCEPT, text=lab,
-                          vector=vec.tolist()))
+        nodes.append(
+            Node(
+                id=b.concepts[lab],
+                tenant=tenant,
+                kind=NodeKind.CONCEPT,
+                text=lab,
+                vector=vec.tolist(),
+            )
+        )
     for (conv, turn), labs in EPISODE_CONCEPTS.items():
-        edges += [Edge(b.episodes[(conv, turn)], b.concepts[lab], EdgeKind.HAS_CONCEPT)
-                  for lab in labs]
+        edges += [
+            Edge(b.episodes[(conv, turn)], b.concepts[lab], EdgeKind.HAS_CONCEPT) for lab in labs
+        ]
     fact_vecs = await embedder.embed([f[0] for f in FACTS])
-    for (text, conv, subj, turns, labs), vec in zip(FACTS, fact_vecs, strict=True):
+    for (text, conv, subj, sources, labs), vec in zip(FACTS, fact_vecs, strict=True):
         fid = fact_id(tenant, text)
         b.facts.append(fid)
-        srcs = [b.episodes[(conv, t)] for t in turns]
-        nodes.append(Node(id=fid, tenant=tenant, kind=NodeKind.FACT, text=text, time=T0,
-                          conversation=conv, subject=subj, vector=vec.tolist(),
-                          extra={"sources": ",".join(srcs)}))
+        srcs = [b.episodes[(conv, t)] for t in sources]
+        nodes.append(
+            Node(
+                id=fid,
+                tenant=tenant,
+                kind=NodeKind.FACT,
+                text=text,
+                time=T0,
+                conversation=conv,
+                subject=subj,
+                vector=vec.tolist(),
+                extra={"sources": ",".join(srcs)},
+            )
+        )
         edges += [Edge(fid, s, EdgeKind.DERIVED_FROM, 0.9) for s in srcs]
         edges += [Edge(fid, b.concepts[lab], EdgeKind.ABOUT_CONCEPT) for lab in labs]
     text, conv, subj, idx = REFLECTION
     b.reflection = reflection_id(tenant, text)
     (rvec,) = await embedder.embed([text])
-    nodes.append(Node(id=b.reflection, tenant=tenant, kind=NodeKind.REFLECTION, text=text,
-                      time=T0, conversation=conv, subject=subj, vector=rvec.tolist()))
+    nodes.append(
+        Node(
+            id=b.reflection,
+            tenant=tenant,
+            kind=NodeKind.REFLECTION,
+            text=text,
+            time=T0,
+            conversation=conv,
+            subject=subj,
+            vector=rvec.tolist(),
+        )
+    )
     edges += [Edge(b.reflection, b.facts[i], EdgeKind.DERIVED_FROM_FACT) for i in idx]
     await graph.write(tenant, nodes, edges)
     return b
 
 
 @pytest.fixture
-async def retriever(graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder,
-                    settings: Settings) -> Retriever:
+async def retriever(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder, settings: Settings
+) -> Retriever:
     return Retriever(graph, index, embedder, settings)
 
 
-async def test_gaama_mode_ranks_packs_and_explains(graph: GraphStore, embedder: MiniLMEmbedder,
-                                                   retriever: Retriever) -> None:
+async def test_gaama_mode_ranks_packs_and_explains(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "What did Caroline make in her pottery class?")
     assert res.mode == "gaama"
@@ -132,22 +199,25 @@ async def test_gaama_mode_ranks_packs_and_explains(graph: GraphStore, embedder: 
         assert i.score == pytest.approx(0.1 * i.ppr + 1.0 * i.sim)
     # Memory: facts, reflections, then episodes in conversation order.
     kinds = [i.kind for i in res.memory]
-    assert kinds == sorted(kinds, key=[NodeKind.FACT, NodeKind.REFLECTION,
-                                        NodeKind.EPISODE].index)
+    assert kinds == sorted(kinds, key=[NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE].index)
     eps = [i for i in res.memory if i.kind is NodeKind.EPISODE]
     assert [(e.time, e.conversation, e.seq) for e in eps] == sorted(
-        (e.time, e.conversation, e.seq) for e in eps)
+        (e.time, e.conversation, e.seq) for e in eps
+    )
     assert "Facts:" in res.memory_text
 
 
-async def test_provenance(graph: GraphStore, embedder: MiniLMEmbedder,
-                          retriever: Retriever) -> None:
+async def test_provenance(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "Caroline pottery bowl relaxing crafts", k=50)
     by_id = {i.id: i for i in res.ranked}
     fact = by_id[b.facts[1]]
     assert [(p.episode_id, p.turn_id) for p in fact.provenance] == [
-        (b.episodes[("conv1", "D1:2")], "D1:2"), (b.episodes[("conv1", "D1:3")], "D1:3")]
+        (b.episodes[("conv1", "D1:2")], "D1:2"),
+        (b.episodes[("conv1", "D1:3")], "D1:3"),
+    ]
     ep = by_id[b.episodes[("conv1", "D1:1")]]
     assert [(p.episode_id, p.turn_id) for p in ep.provenance] == [(ep.id, "D1:1")]
     refl = by_id[b.reflection]
@@ -155,8 +225,9 @@ async def test_provenance(graph: GraphStore, embedder: MiniLMEmbedder,
     assert {p.episode_id for p in refl.provenance} <= set(b.episodes.values())
 
 
-async def test_semantic_mode_skips_the_graph(graph: GraphStore, embedder: MiniLMEmbedder,
-                                             retriever: Retriever) -> None:
+async def test_semantic_mode_skips_the_graph(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "camping at the lake", mode="semantic")
     assert res.subgraph_nodes == 0 and res.ppr_iterations == 0
@@ -165,8 +236,9 @@ async def test_semantic_mode_skips_the_graph(graph: GraphStore, embedder: MiniLM
     assert res.ranked[0].id in {b.facts[2], b.episodes[("conv1", "D1:4")]}
 
 
-async def test_ppr_mode_uses_graph_only(graph: GraphStore, embedder: MiniLMEmbedder,
-                                        retriever: Retriever) -> None:
+async def test_ppr_mode_uses_graph_only(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "deer near the tent", mode="ppr", k=50)
     assert res.ppr_iterations > 0
@@ -177,8 +249,9 @@ async def test_ppr_mode_uses_graph_only(graph: GraphStore, embedder: MiniLMEmbed
     assert b.facts[2] in {i.id for i in res.ranked if i.ppr > 0}
 
 
-async def test_graph_lifts_a_connected_node(graph: GraphStore, embedder: MiniLMEmbedder,
-                                            retriever: Retriever) -> None:
+async def test_graph_lifts_a_connected_node(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     q = "Who saw deer at dawn?"
     sem = await retriever.search("acme", q, mode="semantic", k=50)
@@ -190,8 +263,9 @@ async def test_graph_lifts_a_connected_node(graph: GraphStore, embedder: MiniLME
     assert g[camping_fact].score > s[camping_fact]
 
 
-async def test_scope_filters_knn_and_expansion(graph: GraphStore, embedder: MiniLMEmbedder,
-                                               retriever: Retriever) -> None:
+async def test_scope_filters_knn_and_expansion(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     b = await build_memory(graph, embedder, "acme")
     conv2 = {b.episodes[k] for k in b.episodes if k[0] == "conv2"} | {b.facts[3], b.facts[4]}
     # pottery_hobby links both conversations: expansion must not leak conv1 into a conv2 scope.
@@ -200,20 +274,23 @@ async def test_scope_filters_knn_and_expansion(graph: GraphStore, embedder: Mini
     assert res.subgraph_nodes > 0
     res = await retriever.search("acme", "pottery", subject="Caroline", k=100)
     assert res.ranked
-    assert all(i.id in {b.facts[0], b.facts[1], b.reflection}
-               or i.id in {b.episodes[("conv1", t)] for t in ("D1:1", "D1:3", "D1:5")}
-               for i in res.ranked)
+    assert all(
+        i.id in {b.facts[0], b.facts[1], b.reflection}
+        or i.id in {b.episodes[("conv1", t)] for t in ("D1:1", "D1:3", "D1:5")}
+        for i in res.ranked
+    )
 
 
-async def test_tenants_never_see_each_other(graph: GraphStore, embedder: MiniLMEmbedder,
-                                            retriever: Retriever) -> None:
+async def test_tenants_never_see_each_other(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     a = await build_memory(graph, embedder, "tenant-a")
     b = await build_memory(graph, embedder, "tenant-b")
     a_ids = {*a.episodes.values(), *a.facts, a.reflection}
     b_ids = {*b.episodes.values(), *b.facts, b.reflection}
     assert not a_ids & b_ids
     for mode in ("gaama", "semantic", "ppr"):
-        res = await retriever.search("tenant-a", "pottery", mode=mode, k=200)  # type: ignore[arg-type]
+        res = await retriever.search("tenant-a", "pottery", mode=mode, k=200)
         got = {i.id for i in res.ranked + res.memory}
         got |= {p.episode_id for i in res.ranked for p in i.provenance}
         assert got and got <= a_ids
@@ -221,8 +298,9 @@ async def test_tenants_never_see_each_other(graph: GraphStore, embedder: MiniLME
     assert empty.ranked == [] and empty.memory == [] and empty.words == 0
 
 
-async def test_budget_and_caps(graph: GraphStore, embedder: MiniLMEmbedder,
-                               retriever: Retriever) -> None:
+async def test_budget_and_caps(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
     await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "pottery camping dance", budget=40, k=5)
     assert res.words <= 40 and len(res.ranked) == 5
@@ -232,10 +310,16 @@ async def test_budget_and_caps(graph: GraphStore, embedder: MiniLMEmbedder,
 
 
 async def test_validation(retriever: Retriever) -> None:
-    for kwargs in ({"k": 0}, {"k": 201}, {"budget": 5}, {"mode": "flat"},
-                   {"params": {"alpha": 1.5}}, {"params": {"tenant": "x"}}):
+    for kwargs in (
+        {"k": 0},
+        {"k": 201},
+        {"budget": 5},
+        {"mode": "flat"},
+        {"params": {"alpha": 1.5}},
+        {"params": {"tenant": "x"}},
+    ):
         with pytest.raises(ValidationError):
-            await retriever.search("acme", "q", **kwargs)  # type: ignore[arg-type]
+            await retriever.search("acme", "q", **kwargs)
     with pytest.raises(ValidationError, match="query"):
         await retriever.search("acme", "   ")
     with pytest.raises(ValidationError, match="alpha"):
@@ -243,7 +327,7 @@ async def test_validation(retriever: Retriever) -> None:
 
 
 def test_pool_size() -> None:
-    p = resolve_params(Settings().retrieval, None)
+    p = resolve_params(load_settings().retrieval, None)
     assert pool_size(20, p) == 80  # the paper's floor at the defaults
     assert pool_size(100, p) == 200
     assert pool_size(20, resolve_params(p, None, budget=5000)) == 250

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from scipy import sparse
-
 from gaama.retrieval.ppr import personalized_pagerank, transition_matrix
+from scipy import sparse
 
 LEAVES = 60  # hub degree 60 > 50
 
@@ -31,7 +30,8 @@ def authors_transition(w: sparse.csr_matrix, degrees: np.ndarray, factor: float)
     d = w.toarray()
     d[degrees > 50] *= factor
     rs = d.sum(axis=1, keepdims=True)
-    return np.divide(d, rs, out=np.zeros_like(d), where=rs > 0)
+    out: np.ndarray = np.divide(d, rs, out=np.zeros_like(d), where=rs > 0)
+    return out
 
 
 def test_dampening_changes_scores_measurably() -> None:

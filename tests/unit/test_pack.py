@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from gaama.model import NodeKind
 from gaama.retrieval.pack import (
     Caps,
@@ -19,8 +18,9 @@ from gaama.retrieval.pack import (
 F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
 
 
-def item(i: str, kind: NodeKind, score: float, words: int = 1, time: float = 0.0,
-         seq: int = 0) -> Item:
+def item(
+    i: str, kind: NodeKind, score: float, words: int = 1, time: float = 0.0, seq: int = 0
+) -> Item:
     return Item(id=i, kind=kind, text=" ".join(["w"] * words), score=score, time=time, seq=seq)
 
 

@@ -8,7 +8,7 @@ together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -115,8 +115,14 @@ class GraphStore:
 
     async def write(self, tenant: str, nodes: Iterable[Node] = (), edges: Iterable[Edge] = (),
                     *, set_state: Mapping[str, str | bytes] | None = None,
-                    delete_state: Iterable[str] = ()) -> None:
-        """Upsert nodes and edges (and pipeline state) in one MULTI/EXEC transaction."""
+                    delete_state: Iterable[str] = (),
+                    node_fields: Mapping[str, Mapping[str, str]] | None = None,
+                    also: Iterable[Callable[[Any], None]] = ()) -> None:
+        """Upsert nodes and edges, and change pipeline state, in one MULTI/EXEC transaction.
+
+        ``node_fields`` sets fields on existing nodes; ``also`` are callbacks queuing further
+        commands of the same tenant (e.g. :meth:`ChunkStore.close_ops`) into the transaction.
+        """
         pipe = self.redis.pipeline(transaction=True)
         for n in nodes:
             if n.tenant != tenant:
@@ -131,6 +137,11 @@ class GraphStore:
             pipe.set(self.keys.state(tenant, name), value)
         for name in delete_state:
             pipe.delete(self.keys.state(tenant, name))
+        for node_id, fields in (node_fields or {}).items():
+            if fields:
+                pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))
+        for queue in also:
+            queue(pipe)
         try:
             await pipe.execute()
         except (RedisConnectionError, RedisTimeoutError) as exc:

@@ -1,0 +1,42 @@
+"""Extract: episodes → facts and concepts.
+
+Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaama.facts.v1``
+(same key), dead-letters to ``gaama.episodes.v1.dlq``. Chunking state lives in Redis; see
+:mod:`gaama.extract.pipeline`.
+"""
+
+from __future__ import annotations
+
+from gaama.errors import ValidationError
+from gaama.events import TOPIC_FACTS, EpisodeStored, FactsExtracted, conversation_key, decode
+from gaama.events import split_key
+from gaama.extract.pipeline import ExtractionPipeline
+from services.runtime.records import BatchResult, Failure, Outgoing, Record
+
+
+def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
+    return [Outgoing(TOPIC_FACTS, conversation_key(e.tenant, e.conversation), e) for e in events]
+
+
+def validate_episode(record: Record) -> EpisodeStored:
+    ev = decode(EpisodeStored, record.value)
+    if split_key(record.key) != (ev.tenant, ev.conversation):
+        raise ValidationError("message key does not match the event's tenant/conversation",
+                              reason="tenant_mismatch")
+    return ev
+
+
+async def handle(batch: list[Record], pipeline: ExtractionPipeline) -> BatchResult:
+    """Episodes in arrival order (turn order per conversation)."""
+    result = BatchResult()
+    for record in batch:
+        try:
+            ev = validate_episode(record)
+        except ValidationError as exc:
+            result.failed.append(Failure(record, exc.reason, str(exc)))
+            continue
+        done = await pipeline.on_episode(ev)
+        result.out += facts_out(done)
+        for e in done:
+            result.stored["fact"] += len(e.new_fact_ids)
+    return result

@@ -1,0 +1,97 @@
+"""Start the query service: ``python -m services.query.main``.
+
+Builds settings, the Redis client and stores, the embedder and the metrics registry, then serves
+the FastAPI app with uvicorn on ``GAAMA_HTTP_HOST:GAAMA_QUERY_PORT``. Stateless: run as many
+replicas as the load needs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import uvicorn
+from fastapi import FastAPI
+from gaama.config import Settings, load_settings
+from gaama.embed import build_embedder
+from gaama.errors import GaamaError
+from gaama.metrics import embed_metrics, llm_metrics, query_metrics
+from gaama.retrieval.search import Retriever
+from prometheus_client import CollectorRegistry
+
+from services.query.app import create_app
+from services.query.handlers import Answerer, QueryDeps
+from services.runtime.bootstrap import connect_stores
+
+log = logging.getLogger("gaama.query")
+
+
+def answerer_factory(
+    settings: Settings, registry: CollectorRegistry, owned: list[Any]
+) -> Callable[[], Answerer]:
+    """Builds the LLM answerer on the first ``/v1/answer`` call.
+
+    The LLM stack is imported only then: a deployment without an LLM never loads it.
+    """
+
+    def build() -> Answerer:
+        from gaama.llm.client import LLMClient
+        from gaama.llm.extractor import LLMExtractor
+
+        client = LLMClient(settings, metrics=llm_metrics("query", registry))
+        owned.append(client)  # closed at shutdown
+        return LLMExtractor(client)
+
+    return build
+
+
+def build(settings: Settings) -> FastAPI:
+    """The app with its clients; they are closed when the app shuts down."""
+    registry = CollectorRegistry()
+    metrics = query_metrics(registry)
+    embedder = build_embedder(settings, embed_metrics("query", registry))
+    stores = connect_stores(settings, embedder.dim)  # creates the index if missing
+    owned: list[Any] = []
+    deps = QueryDeps(
+        settings=settings,
+        graph=stores.graph,
+        index=stores.index,
+        retriever=Retriever(stores.graph, stores.index, embedder, settings, metrics=metrics),
+        metrics=metrics,
+        answerer_factory=answerer_factory(settings, registry, owned),
+    )
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        warm = getattr(embedder, "warm_up", None)
+        if warm is not None:
+            await asyncio.to_thread(warm)  # load the model before taking traffic
+        log.info("query service ready: embedder=%s llm=%s", embedder.name, settings.llm_enabled)
+        try:
+            yield
+        finally:
+            for client in owned:
+                await client.aclose()
+            await stores.aclose()
+
+    return create_app(deps, registry, lifespan=lifespan)
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = load_settings()
+        app = build(settings)
+    except GaamaError as exc:  # bad config, Redis down, index of another dimension
+        print(f"query: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    uvicorn.run(app, host=settings.http_host, port=settings.query_port, log_level="info")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,235 @@
+"""HTTP clients of the GAAMA services: :class:`GaamaClient` (sync) and :class:`AsyncGaamaClient`.
+
+Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``) and to the
+ingest service (``POST /v1/turns``), authenticating with ``Authorization: Bearer <key>``. A 4xx or
+5xx answer raises :class:`GaamaAPIError` carrying the status and the server's message.
+
+Example::
+
+    with GaamaClient("http://127.0.0.1:8084", api_key, ingest_url="http://127.0.0.1:8081") as c:
+        c.add_turns([{"conversation": "c1", "speaker": "Ann", "text": "Hi", "timestamp": "..."}])
+        hits = c.search("What does Ann like?", k=10)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import httpx
+
+from gaama.errors import GaamaError
+
+Mode = Literal["gaama", "semantic", "ppr"]
+JSON = dict[str, Any]
+_RETRYABLE = frozenset({408, 429, 502, 503, 504})
+
+
+class GaamaAPIError(GaamaError):
+    """A GAAMA service answered with an error status.
+
+    Attributes:
+        status_code: The HTTP status.
+        message: The server's message (its ``error`` field, or the raw body).
+        body: The decoded JSON body, when there was one.
+    """
+
+    reason = "api_error"
+
+    def __init__(self, status_code: int, message: str, body: Any = None) -> None:
+        super().__init__(f"HTTP {status_code}: {message}")
+        self.status_code = status_code
+        self.message = message
+        self.body = body
+        self.retryable = status_code in _RETRYABLE
+
+
+def _raise_for_status(resp: httpx.Response) -> None:
+    if resp.status_code < 400:
+        return
+    body: Any = None
+    message = resp.text or resp.reason_phrase
+    with contextlib.suppress(ValueError):  # a proxy's HTML error page is not JSON
+        body = resp.json()
+    if isinstance(body, dict):
+        detail = body.get("error", body.get("detail"))
+        if detail is not None:
+            message = detail if isinstance(detail, str) else str(detail)
+    raise GaamaAPIError(resp.status_code, message, body)
+
+
+def _json(resp: httpx.Response) -> JSON:
+    _raise_for_status(resp)
+    data: JSON = resp.json()
+    return data
+
+
+def _headers(api_key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
+
+
+def _retrieval_body(
+    mode: Mode,
+    budget: int | None,
+    subject: str | None,
+    conversation: str | None,
+    params: Mapping[str, float] | None,
+) -> JSON:
+    body: JSON = {"mode": mode}
+    if budget is not None:
+        body["budget"] = budget
+    scope = {k: v for k, v in (("subject", subject), ("conversation", conversation)) if v}
+    if scope:
+        body["scope"] = scope
+    if params:
+        body["params"] = dict(params)
+    return body
+
+
+def _turns_body(turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> JSON:
+    if isinstance(turns, Mapping):
+        return {"turns": [dict(turns)]}
+    return {"turns": [dict(t) for t in turns]}
+
+
+class GaamaClient:
+    """Blocking client.
+
+    Args:
+        base_url: The query service, e.g. ``http://127.0.0.1:8084``.
+        api_key: The tenant's API key.
+        ingest_url: The ingest service, needed only by :meth:`add_turns`.
+        timeout: Seconds per request.
+        transport: An httpx transport (tests pass ``httpx.MockTransport`` or a WSGI/ASGI one).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        ingest_url: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.ingest_url = ingest_url.rstrip("/") if ingest_url else None
+        self._http = httpx.Client(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    def search(
+        self,
+        query: str,
+        *,
+        mode: Mode = "gaama",
+        budget: int | None = None,
+        k: int = 20,
+        subject: str | None = None,
+        conversation: str | None = None,
+        params: Mapping[str, float] | None = None,
+    ) -> JSON:
+        """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
+        body = _retrieval_body(mode, budget, subject, conversation, params)
+        return _json(self._http.post("/v1/search", json={"query": query, "k": k, **body}))
+
+    def answer(
+        self,
+        question: str,
+        *,
+        mode: Mode = "gaama",
+        budget: int | None = None,
+        subject: str | None = None,
+        conversation: str | None = None,
+        params: Mapping[str, float] | None = None,
+    ) -> JSON:
+        """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
+        body = _retrieval_body(mode, budget, subject, conversation, params)
+        return _json(self._http.post("/v1/answer", json={"question": question, **body}))
+
+    def node(self, node_id: str) -> JSON:
+        """``GET /v1/nodes/{id}``: the node with its neighbours."""
+        return _json(self._http.get(f"/v1/nodes/{node_id}"))
+
+    def add_turns(self, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[str]:
+        """``POST {ingest_url}/v1/turns``; returns the episode ids of the accepted turns."""
+        if not self.ingest_url:
+            raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
+        resp = self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
+        return list(_json(resp).get("episode_ids", []))
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> GaamaClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncGaamaClient:
+    """Asyncio client; the same methods as :class:`GaamaClient`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        ingest_url: str | None = None,
+        timeout: float = 30.0,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.ingest_url = ingest_url.rstrip("/") if ingest_url else None
+        self._http = httpx.AsyncClient(
+            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        )
+
+    async def search(
+        self,
+        query: str,
+        *,
+        mode: Mode = "gaama",
+        budget: int | None = None,
+        k: int = 20,
+        subject: str | None = None,
+        conversation: str | None = None,
+        params: Mapping[str, float] | None = None,
+    ) -> JSON:
+        """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
+        body = _retrieval_body(mode, budget, subject, conversation, params)
+        return _json(await self._http.post("/v1/search", json={"query": query, "k": k, **body}))
+
+    async def answer(
+        self,
+        question: str,
+        *,
+        mode: Mode = "gaama",
+        budget: int | None = None,
+        subject: str | None = None,
+        conversation: str | None = None,
+        params: Mapping[str, float] | None = None,
+    ) -> JSON:
+        """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
+        body = _retrieval_body(mode, budget, subject, conversation, params)
+        return _json(await self._http.post("/v1/answer", json={"question": question, **body}))
+
+    async def node(self, node_id: str) -> JSON:
+        """``GET /v1/nodes/{id}``: the node with its neighbours."""
+        return _json(await self._http.get(f"/v1/nodes/{node_id}"))
+
+    async def add_turns(self, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[str]:
+        """``POST {ingest_url}/v1/turns``; returns the episode ids of the accepted turns."""
+        if not self.ingest_url:
+            raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
+        resp = await self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
+        return list(_json(resp).get("episode_ids", []))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncGaamaClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

@@ -1,0 +1,272 @@
+"""Extraction: episodes → chunks → facts and concepts in the graph (no Kafka here).
+
+Per conversation, episodes collect in an open chunk (Redis, :mod:`gaama.store.chunks`) of at most
+``chunk_words`` words, never splitting a turn. A chunk closes when the next turn would overflow
+it, on an end-of-session marker, or after ``chunk_idle_s`` without new turns. Closing runs one
+extractor call with context (similar older episodes, their facts, nearby concepts; ~2000 words),
+canonicalises concepts, dedupes facts, and writes everything — nodes, vectors, DERIVED_FROM /
+HAS_CONCEPT / ABOUT_CONCEPT edges, the episodes' "extracted" marks and the chunk trim — in one
+MULTI/EXEC. A redelivered episode is recognised (in the chunk, or marked) and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import numpy as np
+
+from gaama import ids
+from gaama.config import Settings
+from gaama.embed import Embedder
+from gaama.events import EpisodeStored, FactsExtracted
+from gaama.extract.base import Extractor
+from gaama.extract.concepts import canonicalize_label
+from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext, FactDraft
+from gaama.metrics import LLMMetrics
+from gaama.model import Edge, EdgeKind, Node, NodeKind
+from gaama.store.chunks import ChunkStore
+from gaama.store.graph import GraphStore
+from gaama.store.vectors import VectorIndex
+
+log = logging.getLogger("gaama.extract")
+
+
+def word_count(text: str) -> int:
+    return len(text.split())
+
+
+def label_text(label: str) -> str:
+    """What a concept label is embedded as: ``pottery_hobby`` → ``pottery hobby``."""
+    return label.replace("_", " ")
+
+
+@dataclass
+class ExtractDeps:
+    settings: Settings
+    graph: GraphStore
+    index: VectorIndex
+    chunks: ChunkStore
+    embedder: Embedder
+    extractor: Extractor
+    llm_metrics: LLMMetrics | None = None
+    clock: object = field(default=time.time)
+
+
+class ExtractionPipeline:
+    def __init__(self, deps: ExtractDeps) -> None:
+        self.d = deps
+        self.s = deps.settings
+
+    def _now(self) -> float:
+        return float(self.d.clock())  # type: ignore[operator]
+
+    async def on_episode(self, ev: EpisodeStored) -> list[FactsExtracted]:
+        """Add an episode to its conversation's chunk; return what closing chunks produced."""
+        out: list[FactsExtracted] = []
+        t, conv = ev.tenant, ev.conversation
+        words = max(1, word_count(ev.raw_text))
+        n, open_words = await self.d.chunks.size(t, conv)
+        if n and open_words + words > self.s.chunk_words:
+            if (done := await self.close(t, conv, "full")) is not None:
+                out.append(done)
+        res = await self.d.chunks.append(t, conv, ev.episode_id, words, self._now())
+        if res.already_extracted:
+            return out
+        if ev.end_of_session or res.words >= self.s.chunk_words:
+            if (done := await self.close(t, conv, "end_of_session" if ev.end_of_session
+                                         else "full")) is not None:
+                out.append(done)
+        return out
+
+    async def close_idle(self) -> list[FactsExtracted]:
+        out = []
+        for t, conv in await self.d.chunks.idle(self._now() - self.s.chunk_idle_s):
+            if (done := await self.close(t, conv, "idle")) is not None:
+                out.append(done)
+            else:
+                await self.d.chunks.forget_if_empty(t, conv)
+        return out
+
+    async def close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
+        lock_ttl = self.s.llm_timeout_s * (self.s.llm_max_retries + 1) + 30
+        token = await self.d.chunks.lock(tenant, conversation, lock_ttl)
+        if token is None:
+            log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
+            return None
+        try:
+            episode_ids = await self.d.chunks.episodes(tenant, conversation)
+            if not episode_ids:
+                return None
+            return await self._extract(tenant, conversation, episode_ids, why)
+        finally:
+            await self.d.chunks.unlock(tenant, conversation, token)
+
+    async def _load_chunk(self, tenant: str, episode_ids: list[str]) -> list[EpisodeView]:
+        nodes = await self.d.graph.get_nodes(tenant, episode_ids)
+        return [
+            EpisodeView(id=i, speaker=n.speaker, raw_text=n.extra.get("raw", n.text), text=n.text,
+                        timestamp=datetime.fromtimestamp(n.time, tz=UTC), turn_id=n.turn_id)
+            for i in episode_ids if (n := nodes.get(i)) is not None
+        ]
+
+    async def _context(self, tenant: str, chunk: list[EpisodeView]) -> ExtractionContext:
+        vecs = await self.d.graph.vectors(tenant, [e.id for e in chunk], self.d.embedder.dim)
+        centre = vecs.mean(axis=0)
+        if not np.any(centre):
+            return ExtractionContext()
+        in_chunk = {e.id for e in chunk}
+        hits = await self.d.index.knn(tenant, centre, self.s.context_episodes + len(chunk),
+                                      kinds=[NodeKind.EPISODE])
+        older = [h.id for h in hits if h.id not in in_chunk][: self.s.context_episodes]
+        nodes = await self.d.graph.get_nodes(tenant, older)
+        adj = await self.d.graph.neighbours(tenant, older)
+        fact_ids = list(dict.fromkeys(
+            nb.node for i in older for nb in adj.get(i, ())
+            if nb.kind is EdgeKind.DERIVED_FROM and not nb.outgoing))
+        facts = await self.d.graph.get_nodes(tenant, fact_ids)
+        concepts = await self.d.index.knn(tenant, centre, self.s.context_concepts,
+                                          kinds=[NodeKind.CONCEPT])
+        concept_nodes = await self.d.graph.get_nodes(tenant, [c.id for c in concepts])
+        budget = self.s.context_words
+        ctx_eps, ctx_facts = [], []
+        for i in older:  # most similar first; stop at the word cap
+            if (n := nodes.get(i)) is None or (budget := budget - word_count(n.text)) < 0:
+                break
+            ctx_eps.append(EpisodeView(id=i, speaker=n.speaker, raw_text=n.extra.get("raw", ""),
+                                       text=n.text, turn_id=n.turn_id,
+                                       timestamp=datetime.fromtimestamp(n.time, tz=UTC)))
+        for fid in fact_ids:
+            if (f := facts.get(fid)) is None or (budget := budget - word_count(f.text)) < 0:
+                break
+            ctx_facts.append(ContextFact(fid, f.text))
+        return ExtractionContext(episodes=ctx_eps, facts=ctx_facts,
+                                 concepts=[n.text for n in concept_nodes.values()])
+
+    async def _canonical_concepts(self, tenant: str, labels: list[str]
+                                  ) -> tuple[dict[str, str], dict[str, Node]]:
+        """Map each raw label to its canonical label; new concept nodes (with vectors) by label.
+
+        Reuse order: the same label (same id), an existing concept whose embedding is within
+        ``concept_merge_similarity``, a string near-duplicate among the nearest existing labels
+        or the labels of this chunk. Concepts never merge across tenants: every lookup is scoped.
+        """
+        mapping: dict[str, str] = {}
+        new: dict[str, Node] = {}
+        uniq = list(dict.fromkeys(labels))
+        if not uniq:
+            return mapping, new
+        vecs = await self.d.embedder.embed([label_text(x) for x in uniq])
+        present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in uniq])
+        for label, vec in zip(uniq, vecs, strict=True):
+            if ids.concept_id(tenant, label) in present:
+                mapping[label] = label
+                continue
+            hits = await self.d.index.knn(tenant, vec, 5, kinds=[NodeKind.CONCEPT])
+            near = await self.d.graph.get_nodes(tenant, [h.id for h in hits])
+            if hits and hits[0].similarity >= self.s.concept_merge_similarity \
+                    and hits[0].id in near:
+                mapping[label] = near[hits[0].id].text
+                continue
+            candidates = [n.text for n in near.values()] + list(new)
+            chosen = canonicalize_label(label, candidates, threshold=self.s.concept_merge_fuzz)
+            if chosen != label:  # a near-duplicate of an existing or an earlier new label
+                mapping[label] = chosen
+                continue
+            mapping[label] = label
+            new[label] = Node(id=ids.concept_id(tenant, label), tenant=tenant,
+                              kind=NodeKind.CONCEPT, text=label, vector=vec.tolist())
+        return mapping, new
+
+    async def _extract(self, tenant: str, conversation: str, episode_ids: list[str],
+                       why: str) -> FactsExtracted:
+        chunk = await self._load_chunk(tenant, episode_ids)
+        context = await self._context(tenant, chunk)
+        started = time.perf_counter()
+        try:
+            result = await self.d.extractor.extract(chunk, context)
+        finally:
+            if self.d.llm_metrics and self.d.extractor.name == "offline":
+                # The LLM client counts its own calls; count the offline extractor's here.
+                self.d.llm_metrics.calls.labels("offline", "ok").inc()
+                self.d.llm_metrics.seconds.observe(time.perf_counter() - started)
+        chunk_ids = {e.id for e in chunk}
+        by_id = {e.id: e for e in chunk}
+        raw_labels = [lab for labs in result.episode_concepts.values() for lab in labs]
+        raw_labels += [lab for f in result.facts for lab in f.concepts]
+        mapping, new_concepts = await self._canonical_concepts(tenant, raw_labels)
+        cid = {lab: ids.concept_id(tenant, mapping[lab]) for lab in mapping}
+
+        edges: list[Edge] = []
+        for eid, labels in result.episode_concepts.items():
+            if eid in chunk_ids:
+                edges += [Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT)
+                          for lab in dict.fromkeys(labels)]
+        fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await self._facts(
+            tenant, conversation, result.facts, chunk_ids, by_id)
+        for draft, fid in zip(result.facts, all_fact_ids, strict=True):
+            if fid is None:
+                continue
+            edges += [Edge(fid, src, EdgeKind.DERIVED_FROM)
+                      for src in dict.fromkeys(draft.source_episode_ids) if src in chunk_ids]
+            edges += [Edge(fid, cid[lab], EdgeKind.ABOUT_CONCEPT)
+                      for lab in dict.fromkeys(draft.concepts)]
+        chunk_id = ids.chunk_id(tenant, conversation, episode_ids[0], episode_ids[-1])
+        words = sum(max(1, word_count(e.raw_text)) for e in chunk)
+        # episodes whose node vanished still leave the chunk
+        close = self.d.chunks.close_ops(tenant, conversation, len(episode_ids), words, chunk_id,
+                                        [e.id for e in chunk])
+        await self.d.graph.write(tenant, [*fact_nodes, *new_concepts.values()], edges,
+                                 node_fields=fact_fields, also=[close])
+        await self.d.chunks.forget_if_empty(tenant, conversation)
+        fact_ids = list(dict.fromkeys(f for f in all_fact_ids if f is not None))
+        log.info("chunk %s (%s, %d episodes, %s): %d facts (%d new), %d new concepts",
+                 chunk_id, why, len(chunk), self.d.extractor.name, len(fact_ids),
+                 len(new_fact_ids), len(new_concepts))
+        return FactsExtracted(tenant=tenant, conversation=conversation, chunk_id=chunk_id,
+                              fact_ids=fact_ids, new_fact_ids=new_fact_ids,
+                              concept_ids=list(dict.fromkeys(cid.values())),
+                              extractor=self.d.extractor.name)
+
+    async def _facts(self, tenant: str, conversation: str, drafts: list[FactDraft],
+                     chunk_ids: set[str], by_id: dict[str, EpisodeView]
+                     ) -> tuple[list[Node], dict[str, dict[str, str]], list[str | None], list[str]]:
+        """Dedupe facts: same text → same id; a near-duplicate of the same tenant and subject
+        (cosine ≥ fact_dedupe_similarity) → the existing fact, which gains the new sources."""
+        if not drafts:
+            return [], {}, [], []
+        vecs = await self.d.embedder.embed([d.text for d in drafts])
+        nodes: dict[str, Node] = {}
+        fields: dict[str, dict[str, str]] = {}
+        resolved: list[str | None] = []
+        new_ids: list[str] = []
+        for draft, vec in zip(drafts, vecs, strict=True):
+            sources = [s for s in draft.source_episode_ids if s in chunk_ids]
+            if not sources or not draft.text.strip():
+                resolved.append(None)
+                continue
+            fid = ids.fact_id(tenant, draft.text)
+            if fid not in nodes and not await self.d.graph.exists(tenant, fid):
+                hits = await self.d.index.knn(tenant, vec, 1, kinds=[NodeKind.FACT],
+                                              subject=draft.subject or None)
+                if hits and hits[0].similarity >= self.s.fact_dedupe_similarity:
+                    fid = hits[0].id
+            if fid in nodes:  # same fact twice in this chunk
+                prev = nodes[fid].extra["sources"].split(",")
+                nodes[fid].extra["sources"] = ",".join(dict.fromkeys(prev + sources))
+            elif await self.d.graph.exists(tenant, fid):
+                old = await self.d.graph.get_fields(tenant, [fid], ["sources"])
+                prev_raw = (old.get(fid) or [None])[0]
+                prev = prev_raw.decode().split(",") if prev_raw else []
+                fields[fid] = {"sources": ",".join(dict.fromkeys(prev + sources))}
+            else:
+                times = [by_id[s].timestamp.timestamp() for s in sources]
+                nodes[fid] = Node(id=fid, tenant=tenant, kind=NodeKind.FACT, text=draft.text,
+                                  time=max(times), conversation=conversation,
+                                  subject=draft.subject, belief=draft.belief,
+                                  vector=vec.tolist(), extra={"sources": ",".join(sources)})
+                new_ids.append(fid)
+            resolved.append(fid)
+        return list(nodes.values()), fields, resolved, new_ids

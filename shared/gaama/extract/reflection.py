@@ -1,0 +1,118 @@
+"""Reflection: new facts → higher-level insights combining several facts (no Kafka here).
+
+For a chunk with new facts, related facts are gathered — those sharing a concept with a new fact
+(two hops: fact → concept → fact) and those nearest in embedding — up to ~2000 words, with the
+nearby existing reflections. The extractor proposes insights; each must cite ≥ 2 of the given
+facts. Exact or near-duplicates (cosine ≥ reflection_dedupe_similarity) of existing reflections
+are skipped. Nodes, vectors, DERIVED_FROM_FACT edges and the chunk's "reflected" mark are written
+in one MULTI/EXEC, so a redelivered event changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from gaama import ids
+from gaama.config import Settings
+from gaama.embed import Embedder
+from gaama.events import FactsExtracted
+from gaama.extract.base import Extractor
+from gaama.extract.pipeline import word_count
+from gaama.extract.types import ReflectionInput
+from gaama.model import Edge, EdgeKind, Node, NodeKind
+from gaama.store.graph import GraphStore
+from gaama.store.vectors import VectorIndex
+
+log = logging.getLogger("gaama.reflect")
+
+RELATED_PER_FACT = 8
+
+
+@dataclass
+class ReflectDeps:
+    settings: Settings
+    graph: GraphStore
+    index: VectorIndex
+    embedder: Embedder
+    extractor: Extractor
+
+
+class ReflectionPipeline:
+    def __init__(self, deps: ReflectDeps) -> None:
+        self.d = deps
+        self.s = deps.settings
+
+    async def on_facts(self, ev: FactsExtracted) -> list[str]:
+        """Write reflections for the chunk; returns the ids of reflections written."""
+        t = ev.tenant
+        mark = f"reflected:{ev.chunk_id}"
+        if not ev.new_fact_ids or await self.d.graph.get_state(t, mark) is not None:
+            return []
+        dim = self.d.embedder.dim
+        new_facts = await self.d.graph.get_nodes(t, ev.new_fact_ids)
+        if not new_facts:
+            return []
+        order = list(new_facts)
+        vecs = await self.d.graph.vectors(t, order, dim)
+        # facts sharing a concept with a new fact
+        adj = await self.d.graph.neighbours(t, order)
+        concept_ids = list(dict.fromkeys(nb.node for i in order for nb in adj[i]
+                                         if nb.kind is EdgeKind.ABOUT_CONCEPT))
+        cadj = await self.d.graph.neighbours(t, concept_ids)
+        shared = [nb.node for c in concept_ids for nb in cadj[c]
+                  if nb.kind is EdgeKind.ABOUT_CONCEPT and not nb.outgoing]
+        similar: list[str] = []
+        for v in vecs:
+            similar += [h.id for h in await self.d.index.knn(t, v, RELATED_PER_FACT,
+                                                             kinds=[NodeKind.FACT])]
+        candidates = list(dict.fromkeys([*order, *shared, *similar]))
+        nodes = await self.d.graph.get_nodes(t, candidates)
+        cadj_by_fact = await self.d.graph.neighbours(t, list(nodes))
+        concept_nodes = await self.d.graph.get_nodes(t, concept_ids)
+        budget = self.s.context_words
+        inputs: list[ReflectionInput] = []
+        for fid in candidates:
+            if (n := nodes.get(fid)) is None:
+                continue
+            budget -= word_count(n.text)
+            if budget < 0:
+                break
+            labels = tuple(concept_nodes[nb.node].text for nb in cadj_by_fact.get(fid, ())
+                           if nb.kind is EdgeKind.ABOUT_CONCEPT and nb.node in concept_nodes)
+            inputs.append(ReflectionInput(id=fid, text=n.text, concepts=labels,
+                                          subject=n.subject))
+        centre = vecs.mean(axis=0)
+        near = await self.d.index.knn(t, centre, 10, kinds=[NodeKind.REFLECTION]) \
+            if np.any(centre) else []
+        existing = [n.text for n in (await self.d.graph.get_nodes(t, [h.id for h in near]))
+                    .values()]
+        drafts = await self.d.extractor.reflect(inputs, existing)
+        given = {i.id for i in inputs}
+        drafts = [d for d in drafts if len(set(d.fact_ids) & given) >= 2 and d.text.strip()]
+        written: list[Node] = []
+        edges: list[Edge] = []
+        if drafts:
+            dvecs = await self.d.embedder.embed([d.text for d in drafts])
+            for d, v in zip(drafts, dvecs, strict=True):
+                rid = ids.reflection_id(t, d.text)
+                if await self.d.graph.exists(t, rid) or any(w.id == rid for w in written):
+                    continue
+                hits = await self.d.index.knn(t, v, 1, kinds=[NodeKind.REFLECTION])
+                if hits and hits[0].similarity >= self.s.reflection_dedupe_similarity:
+                    continue
+                if any(float(np.dot(v, np.asarray(w.vector))) >=
+                       self.s.reflection_dedupe_similarity for w in written):
+                    continue
+                facts = [f for f in dict.fromkeys(d.fact_ids) if f in given]
+                times = [nodes[f].time for f in facts if f in nodes]
+                written.append(Node(id=rid, tenant=t, kind=NodeKind.REFLECTION, text=d.text,
+                                    time=max(times or [0.0]), conversation=ev.conversation,
+                                    subject=d.subject, vector=v.tolist()))
+                edges += [Edge(rid, f, EdgeKind.DERIVED_FROM_FACT) for f in facts]
+        await self.d.graph.write(t, written, edges, set_state={mark: "1"})
+        log.info("chunk %s: %d reflections from %d facts (%s)", ev.chunk_id, len(written),
+                 len(inputs), self.d.extractor.name)
+        return [w.id for w in written]

@@ -1,0 +1,134 @@
+"""The open extraction chunk of each conversation, kept in Redis so it survives a crash.
+
+Layout (see keys.py): a list of episode ids and a hash {words, updated} per conversation, and a
+per-tenant sorted set of conversations with an open chunk (by last update) for the idle timer.
+
+Appends are idempotent (Lua: an episode already in the chunk, or already extracted, is ignored).
+Closing trims only the episodes that were extracted — in the same MULTI/EXEC as the graph writes —
+so an episode appended meanwhile stays for the next chunk. A lock (SET NX PX) lets one worker at a
+time close a given conversation's chunk; it expires if that worker dies.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+from typing import Any
+
+import redis.asyncio as aioredis
+
+from gaama.store.keys import Keys
+
+# KEYS: list, meta, node, open-zset; ARGV: episode id, words, now, conversation
+_APPEND = """
+if redis.call('HEXISTS', KEYS[3], 'chunk') == 1 then return {-1, 0} end
+if redis.call('LPOS', KEYS[1], ARGV[1]) then return {-2, 0} end
+redis.call('RPUSH', KEYS[1], ARGV[1])
+local words = redis.call('HINCRBY', KEYS[2], 'words', ARGV[2])
+redis.call('HSET', KEYS[2], 'updated', ARGV[3])
+redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
+return {redis.call('LLEN', KEYS[1]), words}
+"""
+
+_UNLOCK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    added: bool
+    episodes: int  # episodes in the open chunk after the append
+    words: int
+    already_extracted: bool = False
+
+
+class ChunkStore:
+    def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
+        self.redis = redis
+        self.keys = keys
+        self._append = redis.register_script(_APPEND)
+        self._unlock = redis.register_script(_UNLOCK)
+
+    def _k(self, tenant: str, conversation: str) -> tuple[str, str]:
+        return (self.keys.state(tenant, "chunk", conversation),
+                self.keys.state(tenant, "chunkmeta", conversation))
+
+    def _open(self, tenant: str) -> str:
+        return self.keys.state(tenant, "open-chunks")
+
+    @property
+    def _tenants(self) -> str:
+        return f"{self.keys.prefix}:open-chunk-tenants"
+
+    async def append(self, tenant: str, conversation: str, episode_id: str, words: int,
+                     now: float) -> AppendResult:
+        lst, meta = self._k(tenant, conversation)
+        n, w = await self._append(
+            keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
+            args=[episode_id, words, repr(now), conversation])
+        if n > 0:
+            # A cross-tenant hint for the idle timer; outside the script because it lives in
+            # no tenant's cluster slot. Stale entries are pruned by idle().
+            await self.redis.sadd(self._tenants, tenant)
+        if n == -1:
+            return AppendResult(False, 0, 0, already_extracted=True)
+        if n == -2:
+            return AppendResult(False, *(await self.size(tenant, conversation)))
+        return AppendResult(True, int(n), int(w))
+
+    async def size(self, tenant: str, conversation: str) -> tuple[int, int]:
+        lst, meta = self._k(tenant, conversation)
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.llen(lst)
+        pipe.hget(meta, "words")
+        n, w = await pipe.execute()
+        return int(n), int(w or 0)
+
+    async def episodes(self, tenant: str, conversation: str) -> list[str]:
+        lst, _ = self._k(tenant, conversation)
+        return [i.decode() for i in await self.redis.lrange(lst, 0, -1)]
+
+    def close_ops(self, tenant: str, conversation: str, n_episodes: int, words: int,
+                  chunk_id: str, episode_ids: list[str]) -> Any:
+        """Commands that remove the first ``n_episodes`` from the open chunk and mark them
+        extracted; queued by the caller into the MULTI/EXEC that writes the graph."""
+        lst, meta = self._k(tenant, conversation)
+
+        def ops(pipe: Any) -> None:
+            pipe.ltrim(lst, n_episodes, -1)
+            pipe.hincrby(meta, "words", -words)
+            for eid in episode_ids:
+                pipe.hset(self.keys.node(tenant, eid), "chunk", chunk_id)
+        return ops
+
+    async def forget_if_empty(self, tenant: str, conversation: str) -> None:
+        lst, meta = self._k(tenant, conversation)
+        if await self.redis.llen(lst) == 0:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.delete(meta)
+            pipe.zrem(self._open(tenant), conversation)
+            await pipe.execute()
+
+    async def idle(self, older_than: float, limit: int = 100) -> list[tuple[str, str]]:
+        """(tenant, conversation) pairs whose open chunk was last touched before ``older_than``."""
+        out: list[tuple[str, str]] = []
+        for t in await self.redis.smembers(self._tenants):
+            tenant = t.decode()
+            convs = await self.redis.zrangebyscore(self._open(tenant), "-inf", older_than,
+                                                   start=0, num=limit)
+            if not convs and not await self.redis.zcard(self._open(tenant)):
+                await self.redis.srem(self._tenants, tenant)
+            out += [(tenant, c.decode()) for c in convs]
+        return out[:limit]
+
+    async def lock(self, tenant: str, conversation: str, ttl_s: float) -> str | None:
+        token = secrets.token_hex(8)
+        ok = await self.redis.set(self.keys.state(tenant, "chunklock", conversation), token,
+                                  nx=True, px=int(ttl_s * 1000))
+        return token if ok else None
+
+    async def unlock(self, tenant: str, conversation: str, token: str) -> None:
+        await self._unlock(keys=[self.keys.state(tenant, "chunklock", conversation)],
+                           args=[token])

@@ -1,0 +1,373 @@
+"""The query service over HTTP (ASGI transport) against the real Redis: auth, validation,
+tenant isolation, node lookup, ops endpoints, answering; and the Python clients."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+import redis.asyncio as aioredis
+from gaama.client import AsyncGaamaClient, GaamaAPIError, GaamaClient
+from gaama.config import ApiKey, Settings, hash_api_key
+from gaama.embed import MiniLMEmbedder
+from gaama.metrics import query_metrics
+from gaama.retrieval.search import Retriever
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+from prometheus_client import CollectorRegistry
+
+from services.query.app import create_app
+from services.query.handlers import QueryDeps
+from tests.integration.test_search import Built, build_memory
+
+pytestmark = pytest.mark.requires_stack
+
+KEY_A, KEY_B, KEY_OFF = "key-tenant-a", "key-tenant-b", "key-disabled"
+A = {"Authorization": f"Bearer {KEY_A}"}
+B = {"X-API-Key": KEY_B}
+
+
+class FakeAnswerer:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    async def answer(self, question: str, memory_text: str) -> str:
+        self.calls.append((question, memory_text))
+        return "A blue bowl."
+
+
+def with_keys(settings: Settings, **update: object) -> Settings:
+    keys = [
+        ApiKey(key_sha256=hash_api_key(KEY_A), tenant="tenant-a"),
+        ApiKey(key_sha256=hash_api_key(KEY_B), tenant="tenant-b"),
+        ApiKey(key_sha256=hash_api_key(KEY_OFF), tenant="tenant-a", disabled=True),
+    ]
+    return settings.model_copy(update={"api_keys": keys, **update})
+
+
+def make_app(
+    settings: Settings,
+    graph: GraphStore,
+    index: VectorIndex,
+    embedder: MiniLMEmbedder,
+    answerer: FakeAnswerer | None = None,
+) -> tuple[httpx.AsyncClient, CollectorRegistry]:
+    registry = CollectorRegistry()
+    metrics = query_metrics(registry)
+    deps = QueryDeps(
+        settings=settings,
+        graph=graph,
+        index=index,
+        retriever=Retriever(graph, index, embedder, settings, metrics=metrics),
+        metrics=metrics,
+        answerer_factory=(lambda: answerer) if answerer else None,
+    )
+    app = create_app(deps, registry)
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app), base_url="http://query"
+    ), registry
+
+
+@pytest.fixture
+async def api(
+    settings: Settings, graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> AsyncIterator[tuple[httpx.AsyncClient, CollectorRegistry]]:
+    client, registry = make_app(with_keys(settings), graph, index, embedder)
+    async with client:
+        yield client, registry
+
+
+@pytest.fixture
+async def two_tenants(graph: GraphStore, embedder: MiniLMEmbedder) -> tuple[Built, Built]:
+    return (
+        await build_memory(graph, embedder, "tenant-a"),
+        await build_memory(graph, embedder, "tenant-b"),
+    )
+
+
+async def test_auth(api: tuple[httpx.AsyncClient, CollectorRegistry]) -> None:
+    c, _ = api
+    body = {"query": "pottery"}
+    r = await c.post("/v1/search", json=body)
+    assert r.status_code == 401 and "API key" in r.json()["error"]
+    assert r.headers["www-authenticate"] == "Bearer"
+    r = await c.post("/v1/search", json=body, headers={"Authorization": "Bearer nope"})
+    assert r.status_code == 401 and r.json()["error"] == "unknown API key"
+    r = await c.post("/v1/search", json=body, headers={"X-API-Key": KEY_OFF})
+    assert r.status_code == 403 and "disabled" in r.json()["error"]
+    assert (await c.get("/v1/nodes/ep_x")).status_code == 401
+    assert (await c.post("/v1/answer", json={"question": "q"})).status_code == 401
+    for headers in (A, B):
+        assert (await c.post("/v1/search", json=body, headers=headers)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "needle"),
+    [
+        ({"query": ""}, "query"),
+        ({"query": "x" * 2001}, "at most 2000"),
+        ({"query": "q", "k": 0}, "k"),
+        ({"query": "q", "k": 201}, "k"),
+        ({"query": "q", "budget": 5}, "budget"),
+        ({"query": "q", "budget": 20001}, "budget"),
+        ({"query": "q", "mode": "flat"}, "mode"),
+        ({"query": "q", "params": {"alpha": 1.5}}, "params.alpha"),
+        ({"query": "q", "params": {"w_ppr": -1}}, "params.w_ppr"),
+        ({"query": "q", "params": {"nope": 1}}, "unknown retrieval parameter"),
+        ({"query": "q", "tenant": "tenant-b"}, "tenant"),
+        ({"query": "q", "scope": {"conversation": ""}}, "scope.conversation"),
+        ({"k": 3}, "query"),
+    ],
+)
+async def test_validation_422(
+    api: tuple[httpx.AsyncClient, CollectorRegistry], body: dict[str, object], needle: str
+) -> None:
+    c, _ = api
+    r = await c.post("/v1/search", json=body, headers=A)
+    assert r.status_code == 422, r.text
+    assert needle in r.json()["error"]
+
+
+async def test_malformed_json_is_422(api: tuple[httpx.AsyncClient, CollectorRegistry]) -> None:
+    c, _ = api
+    r = await c.post(
+        "/v1/search", content=b"{not json", headers={**A, "content-type": "application/json"}
+    )
+    assert r.status_code == 422 and r.json()["error"]
+
+
+async def test_search_response(
+    api: tuple[httpx.AsyncClient, CollectorRegistry], two_tenants: tuple[Built, Built]
+) -> None:
+    c, _ = api
+    a, _b = two_tenants
+    r = await c.post(
+        "/v1/search",
+        headers=A,
+        json={"query": "What did Caroline make in her pottery class?", "k": 5},
+    )
+    assert r.status_code == 200, r.text
+    data = r.json()
+    assert data["mode"] == "gaama" and len(data["ranked"]) == 5
+    assert data["ranked"][0]["id"] == a.facts[1]
+    assert data["ranked"][0]["provenance"][0]["turn_id"] == "D1:2"
+    assert 0 < data["words"] <= 1000 and data["memory"]
+    stats = data["stats"]
+    assert set(stats["timings_ms"]) == {"embed", "knn", "expand", "ppr", "pack"}
+    assert stats["subgraph_nodes"] > 0 and stats["ppr_iterations"] > 0
+    r = await c.post(
+        "/v1/search",
+        headers=A,
+        json={
+            "query": "pottery",
+            "mode": "semantic",
+            "budget": 30,
+            "scope": {"conversation": "conv2"},
+            "params": {"seeds": 10},
+        },
+    )
+    data = r.json()
+    assert r.status_code == 200 and data["stats"]["subgraph_nodes"] == 0
+    assert data["words"] <= 30
+    assert all(i["conversation"] == "conv2" for i in data["ranked"])
+
+
+async def test_tenants_are_isolated(
+    api: tuple[httpx.AsyncClient, CollectorRegistry], two_tenants: tuple[Built, Built]
+) -> None:
+    c, _ = api
+    a, b = two_tenants
+    ids = {
+        "a": {*a.episodes.values(), *a.facts, a.reflection, *a.concepts.values()},
+        "b": {*b.episodes.values(), *b.facts, b.reflection, *b.concepts.values()},
+    }
+    for headers, mine in ((A, "a"), (B, "b")):
+        for mode in ("gaama", "semantic", "ppr"):
+            r = await c.post(
+                "/v1/search",
+                headers=headers,
+                json={
+                    "query": "pottery bowl",
+                    "mode": mode,
+                    "k": 200,
+                    "scope": {"conversation": "conv1"},
+                },
+            )
+            data = r.json()
+            seen = {i["id"] for i in data["ranked"] + data["memory"]}
+            seen |= {p["episode_id"] for i in data["ranked"] for p in i["provenance"]}
+            assert seen and seen <= ids[mine], (mine, mode)
+    # Node ids of the other tenant answer exactly like ids that do not exist.
+    own = await c.get(f"/v1/nodes/{a.facts[1]}", headers=A)
+    assert own.status_code == 200
+    other = await c.get(f"/v1/nodes/{b.facts[1]}", headers=A)
+    missing = await c.get("/v1/nodes/fa_000000000000000000000000", headers=A)
+    assert other.status_code == missing.status_code == 404
+    assert other.json() == {"error": f"node {b.facts[1]!r} not found"}
+    assert missing.json() == {"error": "node 'fa_000000000000000000000000' not found"}
+    assert (await c.get(f"/v1/nodes/{b.facts[1]}", headers=B)).status_code == 200
+
+
+async def test_node_with_neighbours(
+    api: tuple[httpx.AsyncClient, CollectorRegistry], two_tenants: tuple[Built, Built]
+) -> None:
+    c, _ = api
+    a, _b = two_tenants
+    r = await c.get(f"/v1/nodes/{a.facts[1]}", headers=A)
+    node = r.json()
+    assert node["kind"] == "fact" and node["conversation"] == "conv1"
+    assert node["sources"] == [a.episodes[("conv1", "D1:2")], a.episodes[("conv1", "D1:3")]]
+    nbs = {(n["id"], n["edge"], n["direction"], n["kind"]) for n in node["neighbours"]}
+    assert (a.episodes[("conv1", "D1:3")], "DERIVED_FROM", "out", "episode") in nbs
+    assert (a.concepts["pottery_hobby"], "ABOUT_CONCEPT", "out", "concept") in nbs
+    assert (a.reflection, "DERIVED_FROM_FACT", "in", "reflection") in nbs
+    assert node["neighbours_total"] == len(node["neighbours"]) == 4
+    ep = (await c.get(f"/v1/nodes/{a.episodes[('conv1', 'D1:2')]}", headers=A)).json()
+    assert ep["turn_id"] == "D1:2" and ep["speaker"] == "Melanie"
+    next_edges = [n for n in ep["neighbours"] if n["edge"] == "NEXT"]
+    assert {n["direction"] for n in next_edges} == {"in", "out"}
+    assert all(n["weight"] == 1.0 for n in next_edges)
+
+
+async def test_ops_endpoints(
+    api: tuple[httpx.AsyncClient, CollectorRegistry], two_tenants: tuple[Built, Built]
+) -> None:
+    c, _ = api
+    assert (await c.get("/healthz")).json() == {"status": "ok"}
+    r = await c.get("/readyz")
+    assert r.status_code == 200 and r.json() == {"status": "ready"}
+    await c.post("/v1/search", headers=A, json={"query": "pottery"})
+    await c.post("/v1/search", headers=A, json={"query": "pottery", "mode": "semantic"})
+    await c.post("/v1/search", headers=A, json={"query": ""})
+    text = (await c.get("/metrics")).text
+    assert 'gaama_query_requests_total{endpoint="/v1/search",status="200"} 2.0' in text
+    assert 'gaama_query_requests_total{endpoint="/v1/search",status="422"} 1.0' in text
+    assert 'gaama_query_seconds_count{mode="gaama"} 1.0' in text
+    assert 'gaama_query_seconds_count{mode="semantic"} 1.0' in text
+    assert 'gaama_query_stage_seconds_count{stage="ppr"} 1.0' in text
+    assert 'gaama_query_stage_seconds_count{stage="embed"} 2.0' in text
+    assert "gaama_query_subgraph_nodes_count 1.0" in text
+    assert "gaama_query_ppr_iterations_count 1.0" in text
+    assert 'gaama_query_errors_total{reason="invalid"} 1.0' in text
+    assert 'gaama_query_graph_nodes{kind="fact"} 10.0' in text  # 5 facts × 2 tenants
+    spec = (await c.get("/openapi.json")).json()
+    assert {"/v1/search", "/v1/answer", "/v1/nodes/{node_id}"} <= set(spec["paths"])
+
+
+async def test_readyz_reports_why(
+    settings: Settings, graph: GraphStore, embedder: MiniLMEmbedder, redis_client: aioredis.Redis
+) -> None:
+    s = with_keys(settings)
+    no_index = VectorIndex(redis_client, "no-such-index", 384, Keys(settings.key_prefix))
+    client, _ = make_app(s, graph, no_index, embedder)
+    async with client:
+        r = await client.get("/readyz")
+        assert r.status_code == 503 and "no-such-index" in r.json()["reason"]
+    dead = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
+    dead_graph = GraphStore(dead, Keys(settings.key_prefix))
+    client, _ = make_app(s, dead_graph, VectorIndex(dead, "x", 384), embedder)
+    async with client:
+        r = await client.get("/readyz")
+        assert r.status_code == 503 and "redis unreachable" in r.json()["reason"]
+        r = await client.get("/v1/nodes/fa_x", headers=A)
+        assert r.status_code == 503 and "Redis unavailable" in r.json()["error"]
+    await dead.aclose()
+
+
+async def test_answer_needs_an_llm(api: tuple[httpx.AsyncClient, CollectorRegistry]) -> None:
+    c, _ = api
+    r = await c.post("/v1/answer", headers=A, json={"question": "What did Caroline make?"})
+    assert r.status_code == 503
+    assert "GAAMA_LLM_BASE_URL" in r.json()["error"]
+
+
+async def test_answer_with_an_llm(
+    settings: Settings,
+    graph: GraphStore,
+    index: VectorIndex,
+    embedder: MiniLMEmbedder,
+    two_tenants: tuple[Built, Built],
+) -> None:
+    fake = FakeAnswerer()
+    s = with_keys(settings, llm_base_url="http://127.0.0.1:1/v1", llm_model="fake")
+    client, _ = make_app(s, graph, index, embedder, fake)
+    async with client:
+        r = await client.post(
+            "/v1/answer", headers=A, json={"question": "What did Caroline make in pottery class?"}
+        )
+    assert r.status_code == 200, r.text
+    assert r.json()["answer"] == "A blue bowl." and r.json()["memory"]
+    question, memory = fake.calls[0]
+    assert question.startswith("What did Caroline") and "blue bowl" in memory
+
+
+async def test_async_client(
+    settings: Settings,
+    graph: GraphStore,
+    index: VectorIndex,
+    embedder: MiniLMEmbedder,
+    two_tenants: tuple[Built, Built],
+) -> None:
+    a, _ = two_tenants
+    http, _ = make_app(with_keys(settings), graph, index, embedder)
+    transport = http._transport  # the app's ASGI transport
+    async with AsyncGaamaClient("http://query", KEY_A, transport=transport) as c:
+        res = await c.search("pottery bowl", k=3, conversation="conv1", params={"alpha": 0.5})
+        assert len(res["ranked"]) == 3
+        assert (await c.node(a.facts[0]))["id"] == a.facts[0]
+        with pytest.raises(GaamaAPIError) as err:
+            await c.node("fa_missing")
+        assert err.value.status_code == 404 and "not found" in err.value.message
+        with pytest.raises(GaamaAPIError) as err:
+            await c.answer("q")
+        assert err.value.status_code == 503 and err.value.retryable
+    async with AsyncGaamaClient("http://query", "bad", transport=transport) as c:
+        with pytest.raises(GaamaAPIError, match="unknown API key"):
+            await c.search("q")
+
+
+def test_sync_client_against_a_mock_transport() -> None:
+    seen: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        if request.url.path == "/v1/turns":
+            return httpx.Response(202, json={"accepted": 1, "episode_ids": ["ep_1"]})
+        if request.url.path == "/v1/search":
+            return httpx.Response(422, json={"error": "k: Input should be <= 200"})
+        return httpx.Response(502, text="bad gateway")
+
+    c = GaamaClient(
+        "http://query",
+        "secret",
+        ingest_url="http://ingest/",
+        transport=httpx.MockTransport(handler),
+    )
+    turn = {
+        "conversation": "c1",
+        "speaker": "Ann",
+        "text": "hi",
+        "timestamp": "2023-05-08T10:00:00Z",
+    }
+    assert c.add_turns(turn) == ["ep_1"]
+    assert json.loads(seen[0].content) == {"turns": [turn]}
+    assert str(seen[0].url) == "http://ingest/v1/turns"
+    assert seen[0].headers["authorization"] == "Bearer secret"
+    with pytest.raises(GaamaAPIError) as err:
+        c.search("q", k=500, subject="Ann", budget=50)
+    assert err.value.status_code == 422 and err.value.message.startswith("k:")
+    assert not err.value.retryable
+    assert json.loads(seen[1].content) == {
+        "query": "q",
+        "k": 500,
+        "mode": "gaama",
+        "budget": 50,
+        "scope": {"subject": "Ann"},
+    }
+    with pytest.raises(GaamaAPIError) as err:
+        c.node("x")
+    assert err.value.status_code == 502 and err.value.message == "bad gateway"
+    c.close()
