@@ -130,7 +130,7 @@ def create_app(
     async def gaama_error(_: Request, exc: GaamaError) -> JSONResponse:
         status = _status(exc)
         metrics.errors.labels(exc.reason).inc()
-        if status >= 500:
+        if status >= 500 and not isinstance(exc, Unavailable):  # misconfig: not per request
             log.warning("query failed (%s): %s", exc.reason, exc)
         return JSONResponse({"error": str(exc)}, status)
 

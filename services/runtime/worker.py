@@ -42,6 +42,9 @@ def make_app(service: str, settings: Settings, port: int) -> faust.App:
         topic_disable_leader=True,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.consumer_session_timeout_s,
+        broker_heartbeat_interval=max(1.0, settings.consumer_session_timeout_s / 3),
+        broker_rebalance_timeout=max(10.0, settings.consumer_session_timeout_s * 2),
         store="memory://",  # no Tables: pipeline state lives in Redis (ARCHITECTURE.md §3)
         web_enabled=True,
     )

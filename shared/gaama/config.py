@@ -57,6 +57,9 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = "127.0.0.1:9093"
     topic_partitions: int = Field(4, ge=1, le=1024)
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.\-]*$")  # tests isolate topics with it
+    # A consumer that dies holds its partitions until the session times out: keep it short so a
+    # restarted worker takes over quickly (faust's default is 60 s).
+    consumer_session_timeout_s: float = Field(10.0, ge=2, le=300)
     index_name: str = Field("gaama-idx", pattern=r"^[A-Za-z0-9_\-]+$")
     key_prefix: str = Field("gaama", pattern=r"^[A-Za-z0-9_\-]+$")
 
@@ -85,6 +88,7 @@ class Settings(BaseSettings):
     # --- extraction --------------------------------------------------------------------------
     chunk_words: int = Field(500, ge=20, le=10000)
     chunk_idle_s: float = Field(30.0, gt=0, le=86400)
+    chunk_lock_s: float | None = Field(None, gt=0, le=86400)  # None: derived from LLM timeouts
     context_episodes: int = Field(10, ge=0, le=100)
     context_concepts: int = Field(5, ge=0, le=100)
     context_words: int = Field(2000, ge=100, le=50000)

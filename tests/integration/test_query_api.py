@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import httpx
 import pytest
@@ -21,6 +22,8 @@ from prometheus_client import CollectorRegistry
 
 from services.query.app import create_app
 from services.query.handlers import QueryDeps
+from services.query.main import answerer_factory
+from tests.fakes.openai_server import FakeOpenAIServer, good
 from tests.integration.test_search import Built, build_memory
 
 pytestmark = pytest.mark.requires_stack
@@ -302,6 +305,39 @@ async def test_answer_with_an_llm(
     assert r.json()["answer"] == "A blue bowl." and r.json()["memory"]
     question, memory = fake.calls[0]
     assert question.startswith("What did Caroline") and "blue bowl" in memory
+
+
+async def test_answer_through_the_real_llm_client(
+    settings: Settings,
+    graph: GraphStore,
+    index: VectorIndex,
+    embedder: MiniLMEmbedder,
+    two_tenants: tuple[Built, Built],
+) -> None:
+    with FakeOpenAIServer() as server:
+        server.script(good({"answer": "She made a blue bowl."}))
+        s = with_keys(settings, llm_base_url=server.base_url, llm_model="fake-model")
+        registry = CollectorRegistry()
+        metrics = query_metrics(registry)
+        owned: list[Any] = []
+        deps = QueryDeps(
+            settings=s,
+            graph=graph,
+            index=index,
+            retriever=Retriever(graph, index, embedder, s, metrics=metrics),
+            metrics=metrics,
+            answerer_factory=answerer_factory(s, registry, owned),
+        )
+        transport = httpx.ASGITransport(app=create_app(deps, registry))
+        async with httpx.AsyncClient(transport=transport, base_url="http://q") as c:
+            r = await c.post("/v1/answer", headers=A, json={"question": "What did Caroline make?"})
+        for client in owned:
+            await client.aclose()
+        assert r.status_code == 200, r.text
+        assert r.json()["answer"] == "She made a blue bowl."
+        (request,) = server.chat_requests()
+        assert "What did Caroline make?" in json.dumps(request)
+        assert "Facts:" in json.dumps(request)
 
 
 async def test_async_client(

@@ -332,3 +332,19 @@ def test_pool_size() -> None:
     assert pool_size(100, p) == 200
     assert pool_size(20, resolve_params(p, None, budget=5000)) == 250
     assert np.isclose(p.alpha, 0.6)
+
+
+async def test_fact_without_sources_field_uses_its_edges(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
+) -> None:
+    b = await build_memory(graph, embedder, "acme")
+    text = "Melanie's family saw deer at dawn while camping."
+    (vec,) = await embedder.embed([text])
+    fid = fact_id("acme", text)
+    ep = b.episodes[("conv1", "D1:6")]
+    node = Node(id=fid, tenant="acme", kind=NodeKind.FACT, text=text, time=T0,
+                conversation="conv1", vector=vec.tolist())  # fmt: skip
+    await graph.write("acme", [node], [Edge(fid, ep, EdgeKind.DERIVED_FROM)])
+    res = await retriever.search("acme", "deer at dawn", k=50)
+    item = next(i for i in res.ranked if i.id == fid)
+    assert [(p.episode_id, p.turn_id) for p in item.provenance] == [(ep, "D1:6")]

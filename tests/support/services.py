@@ -34,6 +34,7 @@ def service_env(settings: Settings, **extra: str) -> dict[str, str]:
         "GAAMA_MAX_RETRIES": str(settings.max_retries),
         "GAAMA_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
         "GAAMA_CHUNK_IDLE_S": str(settings.chunk_idle_s),
+        "GAAMA_CHUNK_LOCK_S": str(settings.chunk_lock_s or 5),
         "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
         "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
     })

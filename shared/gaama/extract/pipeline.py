@@ -91,7 +91,9 @@ class ExtractionPipeline:
         return out
 
     async def close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
-        lock_ttl = self.s.llm_timeout_s * (self.s.llm_max_retries + 1) + 30
+        # Long enough for the slowest extraction; if the holder dies it expires and the idle
+        # timer (or a redelivery) closes the chunk.
+        lock_ttl = self.s.chunk_lock_s or self.s.llm_timeout_s * (self.s.llm_max_retries + 1) + 30
         token = await self.d.chunks.lock(tenant, conversation, lock_ttl)
         if token is None:
             log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)

@@ -55,20 +55,21 @@ def symmetric_adjacency(n: int, edges: Sequence[tuple[int, int, float]]) -> spar
     Returns:
         The weighted adjacency.
     """
-    best: dict[tuple[int, int], float] = {}
-    for i, j, w in edges:
-        if i == j or w <= 0.0:
-            continue
-        key = (i, j) if i < j else (j, i)
-        if w > best.get(key, 0.0):
-            best[key] = w
-    if not best:
+    if not edges:
         return sparse.csr_matrix((n, n), dtype=np.float64)
-    pairs = np.array(list(best.keys()), dtype=np.int64)
-    weights = np.array(list(best.values()), dtype=np.float64)
-    rows = np.concatenate([pairs[:, 0], pairs[:, 1]])
-    cols = np.concatenate([pairs[:, 1], pairs[:, 0]])
-    data = np.concatenate([weights, weights])
+    arr = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
+    i, j, w = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
+    keep = (i != j) & (w > 0)
+    lo, hi, w = np.minimum(i, j)[keep], np.maximum(i, j)[keep], w[keep]
+    # Vectorised dedupe (subgraphs reach 10⁵ edges): sort by pair, heaviest first, keep the first.
+    order = np.lexsort((-w, hi, lo))
+    lo, hi, w = lo[order], hi[order], w[order]
+    first = np.ones(lo.size, dtype=bool)
+    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+    lo, hi, w = lo[first], hi[first], w[first]
+    rows = np.concatenate([lo, hi])
+    cols = np.concatenate([hi, lo])
+    data = np.concatenate([w, w])
     return sparse.csr_matrix((data, (rows, cols)), shape=(n, n))
 
 

@@ -229,9 +229,10 @@ class Retriever:
             for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
                 sims[node] = float(sim)
             lap("expand")
-            restart = np.array(
-                [max(sims[n], 0.0) if i < len(seeds) else 0.0 for i, n in enumerate(sub.nodes)]
-            )
+            restart = np.zeros(len(sub.nodes))
+            restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
+            if not restart.any():  # no seed is similar at all: weigh them equally
+                restart[: len(seeds)] = 1.0
             result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
             ppr = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
@@ -337,9 +338,17 @@ class Retriever:
                 sources[node] = [s for s in _text(src).split(",") if s]
         # Reflections reach episodes through their facts' DERIVED_FROM_FACT edges.
         refl = [n for n in rows if items[n].kind is NodeKind.REFLECTION]
-        need = [n for n in refl if n not in adjacency]
+        # Facts written without a ``sources`` field fall back to their DERIVED_FROM edges.
+        bare = [f for f, src in sources.items() if not src]
+        need = [n for n in [*refl, *bare] if n not in adjacency]
         if need:
             adjacency = {**adjacency, **await self.graph.neighbours(tenant, need)}
+        for f in bare:
+            sources[f] = [
+                nb.node
+                for nb in adjacency.get(f, ())
+                if nb.kind is EdgeKind.DERIVED_FROM and nb.outgoing
+            ]
         facts_of = {
             r: [
                 nb.node

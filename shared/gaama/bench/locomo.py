@@ -1,0 +1,1000 @@
+"""``gaama bench locomo``: evidence recall (and, with an LLM, judged answers) on LoCoMo.
+
+Each conversation is ingested as its own tenant through the write path the services use —
+in-process by default (``episode_node`` + ``GraphStore.append_episode``, then the extraction and
+reflection pipelines), or through the broker to running services with ``--via-kafka`` — and then
+every question of categories 1–4 is asked in each mode on the same graph and embeddings:
+
+- ``flat``: plain RAG, the top turns by cosine (``VectorIndex.knn`` over episodes only);
+- ``semantic``: the GAAMA retriever with ``w_ppr = 0``;
+- ``gaama``: the GAAMA retriever (hybrid PPR + similarity);
+- ``entity-ppr``: a HippoRAG-style passage–entity PPR baseline (:mod:`gaama.bench.entity_ppr`).
+
+Metrics are defined in :mod:`gaama.bench.metrics`. Without ``GAAMA_REDIS_URL`` the harness starts
+its own embedded Redis + broker and stops it at the end; either way the run's keys, index and
+topics carry a prefix unique to the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from tqdm import tqdm
+
+from gaama.bench import bench_subparsers
+from gaama.bench.entity_ppr import EntityGraph, Passage
+from gaama.bench.locomo_data import CATEGORIES, Conversation, Question, load_locomo
+from gaama.bench.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
+from gaama.config import Settings, load_settings
+from gaama.embed import Embedder, build_embedder
+from gaama.errors import ConfigError, ValidationError
+from gaama.events import EpisodeStored, FactsExtracted
+from gaama.extract.base import Extractor
+from gaama.extract.factory import build_extractor
+from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
+from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
+from gaama.extract.types import (
+    EpisodeView,
+    ExtractionContext,
+    ExtractionResult,
+    ReflectionDraft,
+    ReflectionInput,
+)
+from gaama.model import EdgeKind, NodeKind
+from gaama.retrieval.pack import Caps, Item, pack, render_memory
+from gaama.retrieval.search import Retriever
+from gaama.store.chunks import ChunkStore
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+
+if TYPE_CHECKING:
+    from gaama.bench import SubParsers
+
+MODES = ("flat", "semantic", "gaama", "entity-ppr")
+DOCS_BEGIN, DOCS_END = "<!-- locomo:begin -->", "<!-- locomo:end -->"
+RANK_K = max(KS)
+
+
+@dataclass(slots=True)
+class Options:
+    """What one run does (the command-line arguments)."""
+
+    data: Path
+    conversations: list[str] | None = None
+    modes: tuple[str, ...] = MODES
+    budget: int = 1000
+    via_kafka: bool = False
+    start_services: bool | None = None  # None: when the harness owns the stack
+    json_path: Path | None = None
+    write_docs: Path | None = None
+    params: dict[str, Any] = field(default_factory=dict)
+    progress: bool = True
+    command: str = ""
+
+
+@dataclass(slots=True)
+class Stores:
+    settings: Settings
+    graph: GraphStore
+    index: VectorIndex
+    chunks: ChunkStore
+    embedder: Embedder
+
+
+class RecordingExtractor:
+    """Passes calls to ``inner`` and keeps the concept labels it proposed, before the pipeline
+    canonicalises them (for the ``concept_duplicates`` figure)."""
+
+    def __init__(self, inner: Extractor) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.raw_labels: set[str] = set()
+
+    async def extract(
+        self, chunk: list[EpisodeView], context: ExtractionContext
+    ) -> ExtractionResult:
+        result = await self.inner.extract(chunk, context)
+        for labels in result.episode_concepts.values():
+            self.raw_labels.update(labels)
+        for fact in result.facts:
+            self.raw_labels.update(fact.concepts)
+        return result
+
+    async def reflect(
+        self, facts: list[ReflectionInput], existing: list[str]
+    ) -> list[ReflectionDraft]:
+        return await self.inner.reflect(facts, existing)
+
+
+# --- ingest ----------------------------------------------------------------------------------
+
+
+async def ingest_in_process(
+    conv: Conversation,
+    tenant: str,
+    stores: Stores,
+    extract: ExtractionPipeline,
+    reflect: ReflectionPipeline,
+    bar: tqdm[Any],
+) -> None:
+    """The services' write path, in this process: episodes, then chunks → facts → reflections."""
+    s, graph = stores.settings, stores.graph
+    from services.ingest.handlers import episode_node  # the ingest service's own node builder
+
+    turns = conv.turn_events(tenant)
+    stored: list[EpisodeStored] = []
+    for start in range(0, len(turns), s.embed_batch):
+        batch = turns[start : start + s.embed_batch]
+        vectors = await stores.embedder.embed([t.episode_text() for t in batch])
+        for turn, vec in zip(batch, vectors, strict=True):
+            node = episode_node(turn, vec.tolist())
+            await graph.append_episode(node)
+            stored.append(
+                EpisodeStored(
+                    tenant=tenant,
+                    conversation=turn.conversation,
+                    episode_id=node.id,
+                    turn_id=turn.turn_id,
+                    speaker=turn.speaker,
+                    text=node.text,
+                    raw_text=turn.said(),
+                    timestamp=turn.timestamp,
+                    subject=turn.subject,
+                    end_of_session=turn.end_of_session,
+                )
+            )
+    for ev in stored:
+        # Reflect right after each chunk closes, as the reflect service would.
+        for fx in await extract.on_episode(ev):
+            await reflect.on_facts(fx)
+        bar.update(1)
+
+
+# --- the broker path (--via-kafka) -----------------------------------------------------------
+
+EXTRACTOR_UNKNOWN = "unknown"
+SERVICES = ("ingest", "extract", "reflect")
+STALL_TIMEOUT_S = 600.0  # no progress for this long while waiting for the services: give up
+
+
+class ServiceProcess:
+    """``python -m services.<name>.main`` in this run's namespace, on a free port."""
+
+    def __init__(self, name: str, settings: Settings, log_dir: Path) -> None:
+        from gaama.devstack import free_port
+
+        self.name = name
+        self.port = free_port()
+        self.log_path = log_dir / f"{name}.log"
+        # The caller's environment (LLM settings included) with this run's namespace on top.
+        self.env = {
+            **os.environ,
+            "GAAMA_REDIS_URL": settings.redis_url,
+            "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "GAAMA_KEY_PREFIX": settings.key_prefix,
+            "GAAMA_INDEX_NAME": settings.index_name,
+            "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
+            "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
+            f"GAAMA_{name.upper()}_PORT": str(self.port),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+        }
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", f"services.{self.name}.main"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+
+    async def wait_ready(self, within_s: float = 120) -> None:
+        import httpx
+
+        deadline = time.monotonic() + within_s
+        async with httpx.AsyncClient(timeout=2) as client:
+            while time.monotonic() < deadline:
+                if self.proc is None or self.proc.poll() is not None:
+                    raise ConfigError(f"service {self.name} exited at start; see {self.log_path}")
+                with contextlib.suppress(httpx.HTTPError):
+                    r = await client.get(f"http://127.0.0.1:{self.port}/readyz")
+                    if r.status_code == 200:
+                        return
+                await asyncio.sleep(0.3)
+        raise ConfigError(f"service {self.name} not ready in {within_s:.0f}s; see {self.log_path}")
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+
+async def start_services(settings: Settings) -> list[ServiceProcess]:
+    """Create the run's topics and start ingest, extract and reflect; wait until all are ready."""
+    from gaama.devstack import create_topics
+
+    await create_topics(settings.kafka_bootstrap, settings.topic_partitions, settings.topic_prefix)
+    log_dir = Path(tempfile.mkdtemp(prefix="gaama-locomo-services-"))
+    procs = [ServiceProcess(name, settings, log_dir) for name in SERVICES]
+    try:
+        for p in procs:
+            p.start()
+        await asyncio.gather(*(p.wait_ready() for p in procs))
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    return procs
+
+
+async def ingest_via_kafka(
+    settings: Settings,
+    graph: GraphStore,
+    chunks: ChunkStore,
+    conversations: list[Conversation],
+    tenants: dict[str, str],
+    bar: tqdm[Any],
+) -> str:
+    """Produce every turn to the turns topic and wait until the graph is complete.
+
+    Complete means: every episode stored and extracted (no open chunk), every chunk's
+    FactsExtracted read back from the facts topic, and each chunk with new facts reflected on.
+
+    Returns:
+        The extractor the services used (from the FactsExtracted events).
+    """
+    from aiokafka import AIOKafkaProducer
+
+    from gaama.events import TOPIC_TURNS, conversation_key, encode, topic_name
+
+    producer = AIOKafkaProducer(
+        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", request_timeout_ms=30000
+    )
+    await producer.start()
+    try:
+        topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
+        for conv in conversations:
+            tenant = tenants[conv.sample_id]
+            key = conversation_key(tenant, conv.sample_id)
+            for turn in conv.turn_events(tenant):
+                await producer.send(topic, value=encode(turn), key=key)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    return await _wait_complete(settings, graph, chunks, conversations, tenants, bar)
+
+
+async def _wait_complete(
+    settings: Settings,
+    graph: GraphStore,
+    chunks: ChunkStore,
+    conversations: list[Conversation],
+    tenants: dict[str, str],
+    bar: tqdm[Any],
+) -> str:
+    from aiokafka import AIOKafkaConsumer, TopicPartition
+
+    from gaama.events import TOPIC_FACTS, decode, topic_name
+
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=settings.kafka_bootstrap_servers, enable_auto_commit=False, group_id=None
+    )
+    await consumer.start()
+    facts: dict[tuple[str, str], FactsExtracted] = {}  # (tenant, chunk id) -> event
+    ours = set(tenants.values())
+    try:
+        topic = topic_name(TOPIC_FACTS, settings.topic_prefix)
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, 0)  # explicit offsets: no ListOffsets (see ARCHITECTURE §3)
+        done_before, last_progress = -1, time.monotonic()
+        while True:
+            for msgs in (await consumer.getmany(timeout_ms=300)).values():
+                for m in msgs:
+                    ev = decode(FactsExtracted, m.value)
+                    if ev.tenant in ours:
+                        facts[(ev.tenant, ev.chunk_id)] = ev
+            done, complete = await _progress(graph, chunks, conversations, tenants, facts)
+            bar.update(done - bar.n)
+            if complete:
+                break
+            if done != done_before:
+                done_before, last_progress = done, time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise ConfigError(
+                    f"the services made no progress for {STALL_TIMEOUT_S:.0f}s "
+                    f"({done} of {bar.total} turns extracted); are ingest, "
+                    f"extract and reflect running in this namespace?"
+                )
+            await asyncio.sleep(0.5)
+    finally:
+        await consumer.stop()
+    names = {ev.extractor for ev in facts.values()}
+    return names.pop() if len(names) == 1 else ",".join(sorted(names)) or EXTRACTOR_UNKNOWN
+
+
+async def _progress(
+    graph: GraphStore,
+    chunks: ChunkStore,
+    conversations: list[Conversation],
+    tenants: dict[str, str],
+    facts: dict[tuple[str, str], FactsExtracted],
+) -> tuple[int, bool]:
+    """(turns extracted so far, whether the whole graph is complete)."""
+    extracted, complete = 0, True
+    for conv in conversations:
+        tenant = tenants[conv.sample_id]
+        ids = await graph.chain(tenant, conv.sample_id)
+        marks = await graph.get_fields(tenant, ids, ["chunk"]) if ids else {}
+        chunk_ids = {m[0].decode() for m in marks.values() if m[0] is not None}
+        extracted += sum(1 for m in marks.values() if m[0] is not None)
+        if (
+            len(ids) < conv.n_turns
+            or await chunks.episodes(tenant, conv.sample_id)
+            or any(m[0] is None for m in marks.values())
+        ):
+            complete = False
+            continue
+        for c in chunk_ids:
+            ev = facts.get((tenant, c))
+            if ev is None or (
+                ev.new_fact_ids and await graph.get_state(tenant, f"reflected:{c}") is None
+            ):
+                complete = False
+    return extracted, complete
+
+
+# --- asking ----------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Answer:
+    """One mode's retrieval for one question, reduced to what is scored."""
+
+    ranked: list[frozenset[str]]  # turn ids covered by each ranked item, best first
+    memory: list[frozenset[str]]
+    words: int
+    latency_ms: float
+    memory_text: str
+
+
+def covers(item: Item) -> frozenset[str]:
+    """Turn ids an item covers: its own (episode), its sources' (fact), none (reflection)."""
+    if item.kind is NodeKind.REFLECTION:
+        return frozenset()
+    return frozenset(p.turn_id for p in item.provenance if p.turn_id)
+
+
+def _dec(raw: bytes | str | None) -> str:
+    if raw is None:
+        return ""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+
+
+@dataclass(slots=True)
+class ConvIndex:
+    """One conversation's episodes loaded from Redis, for the flat and entity-PPR modes."""
+
+    tenant: str
+    conversation: Conversation
+    passages: list[Passage]
+    by_id: dict[str, int]
+    times: list[float]
+    entity_graph: EntityGraph
+
+    @classmethod
+    async def load(cls, stores: Stores, tenant: str, conv: Conversation) -> ConvIndex:
+        ids = await stores.graph.chain(tenant, conv.sample_id)
+        rows = await stores.graph.get_fields(tenant, ids, ["turn_id", "raw", "text", "time"])
+        vectors = await stores.graph.vectors(tenant, ids, stores.embedder.dim)
+        passages, times = [], []
+        for i in ids:
+            turn, raw, text, t = (_dec(b) for b in rows.get(i, [None, None, None, None]))
+            passages.append(Passage(i, turn, raw or text, text))
+            times.append(float(t or 0.0))
+        graph = await asyncio.to_thread(EntityGraph, passages, vectors)
+        return cls(tenant, conv, passages, {p.id: n for n, p in enumerate(passages)}, times, graph)
+
+    def episode_items(self, ranked: Sequence[tuple[int, float]]) -> list[Item]:
+        from gaama.retrieval.pack import Provenance
+
+        out = []
+        for seq, (i, score) in enumerate(ranked):
+            p = self.passages[i]
+            out.append(
+                Item(
+                    id=p.id,
+                    kind=NodeKind.EPISODE,
+                    text=p.text,
+                    time=self.times[i],
+                    conversation=self.conversation.sample_id,
+                    seq=i,
+                    sim=score,
+                    score=-float(seq),  # keep the given order
+                    provenance=[Provenance(p.id, p.turn_id)],
+                )
+            )
+        return out
+
+
+def _episodes_to_budget(items: list[Item], budget: int) -> list[Item]:
+    return pack(items, Caps(facts=0, reflections=0, episodes=len(items), budget_words=budget))
+
+
+def _answer(ranked: list[Item], memory: list[Item], latency_ms: float) -> Answer:
+    return Answer(
+        [covers(i) for i in ranked],
+        [covers(i) for i in memory],
+        sum(i.words for i in memory),
+        latency_ms,
+        render_memory(memory),
+    )
+
+
+async def ask(
+    mode: str,
+    question: str,
+    ci: ConvIndex,
+    stores: Stores,
+    retriever: Retriever,
+    budget: int,
+    params: dict[str, Any],
+) -> Answer:
+    """Retrieve for one question in one mode; the latency includes embedding the question."""
+    t0 = time.perf_counter()
+    if mode in ("semantic", "gaama"):
+        res = await retriever.search(
+            ci.tenant,
+            question,
+            mode=mode,  # type: ignore[arg-type]
+            budget=budget,
+            k=RANK_K,
+            params=params or None,
+        )
+        return _answer(res.ranked, res.memory, (time.perf_counter() - t0) * 1000)
+    qvec = (await stores.embedder.embed([question]))[0]
+    if mode == "flat":
+        # Enough turns to fill the budget at a few words a turn.
+        pool = max(2 * RANK_K, budget // 5)
+        hits = await stores.index.knn(ci.tenant, qvec, pool, kinds=[NodeKind.EPISODE])
+        ranked = [(ci.by_id[h.id], h.similarity) for h in hits if h.id in ci.by_id]
+    elif mode == "entity-ppr":
+        ranked = await asyncio.to_thread(ci.entity_graph.rank, question, np.asarray(qvec))
+    else:
+        raise ValidationError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
+    items = ci.episode_items(ranked)
+    memory = _episodes_to_budget(items, budget)
+    return _answer(items[:RANK_K], memory, (time.perf_counter() - t0) * 1000)
+
+
+# --- the run ---------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RunResult:
+    tallies: dict[str, Tally]
+    skipped: int
+    graph: dict[str, Any]
+    concept_duplicates: dict[str, int | None]
+    extractor: str
+    seconds: dict[str, float]
+    conversations: list[str]
+    questions: int
+
+
+async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
+    """Nodes by kind and edges by kind (each edge counted once, at its source)."""
+    counts = dict.fromkeys(("episodes", "facts", "concepts", "reflections"), 0)
+    edges = dict.fromkeys([k.value for k in EdgeKind if k is not EdgeKind.MENTIONS], 0)
+    keys = stores.graph.keys
+    for tenant in tenants:
+        by_kind = await stores.index.count(tenant)
+        for kind, name in (
+            (NodeKind.EPISODE, "episodes"),
+            (NodeKind.FACT, "facts"),
+            (NodeKind.CONCEPT, "concepts"),
+            (NodeKind.REFLECTION, "reflections"),
+        ):
+            counts[name] += by_kind.get(kind.value, 0)
+        async for key in stores.graph.redis.scan_iter(
+            match=f"{keys.adj_prefix(tenant)}*", count=1000
+        ):
+            for value in (await stores.graph.redis.hgetall(key)).values():
+                edge_kind, direction, _ = _dec(value).split("|")
+                if direction == "o" and edge_kind in edges:
+                    edges[edge_kind] += 1
+    return {**counts, "edges": edges}
+
+
+async def run(
+    opts: Options,
+    stores: Stores,
+    conversations: list[Conversation],
+    tenants: dict[str, str],
+    extractor: RecordingExtractor | None,
+    judge: Any | None,
+) -> RunResult:
+    """Ingest, ask, score. ``extractor`` is None with ``--via-kafka`` (the services extract)."""
+    seconds: dict[str, float] = {}
+    t0 = time.perf_counter()
+    total_turns = sum(c.n_turns for c in conversations)
+    with tqdm(
+        total=total_turns,
+        desc="ingest + extract",
+        unit="turn",
+        disable=not opts.progress,
+        file=sys.stderr,
+    ) as bar:
+        extractor_name = extractor.name if extractor is not None else EXTRACTOR_UNKNOWN
+        if extractor is None:
+            extractor_name = await ingest_via_kafka(
+                stores.settings, stores.graph, stores.chunks, conversations, tenants, bar
+            )
+        else:
+            chunks = stores.chunks
+            s = stores.settings
+            extract = ExtractionPipeline(
+                ExtractDeps(s, stores.graph, stores.index, chunks, stores.embedder, extractor)
+            )
+            reflect = ReflectionPipeline(
+                ReflectDeps(s, stores.graph, stores.index, stores.embedder, extractor)
+            )
+            for conv in conversations:
+                await ingest_in_process(
+                    conv, tenants[conv.sample_id], stores, extract, reflect, bar
+                )
+    seconds["ingest"] = time.perf_counter() - t0
+
+    t1 = time.perf_counter()
+    stats = await graph_stats(stores, list(tenants.values()))
+    raw = len(extractor.raw_labels) if extractor is not None else None
+    dup = {
+        "raw_labels": raw,
+        "after_canonicalisation": stats["concepts"],
+        "removed": raw - stats["concepts"] if raw is not None else None,
+    }
+    retriever = Retriever(stores.graph, stores.index, stores.embedder, stores.settings)
+    tallies = {m: Tally() for m in opts.modes}
+    skipped = asked = 0
+    pending: list[tuple[str, Question, Answer, QuestionScore]] = []
+    questions = [(c, q) for c in conversations for q in c.questions if q.category in CATEGORIES]
+    indexes = {
+        c.sample_id: await ConvIndex.load(stores, tenants[c.sample_id], c) for c in conversations
+    }
+    for conv, q in tqdm(
+        questions, desc="questions", unit="q", disable=not opts.progress, file=sys.stderr
+    ):
+        evidence = usable_evidence(q.evidence, conv.turn_ids)
+        if not evidence:
+            skipped += 1
+            continue
+        asked += 1
+        for mode in opts.modes:
+            a = await ask(
+                mode,
+                q.question,
+                indexes[conv.sample_id],
+                stores,
+                retriever,
+                opts.budget,
+                opts.params,
+            )
+            score = score_question(q.category, a.ranked, a.memory, evidence, a.words, a.latency_ms)
+            tallies[mode].add(score)
+            pending.append((mode, q, a, score))
+    seconds["questions"] = time.perf_counter() - t1
+    if judge is not None:
+        t2 = time.perf_counter()
+        await answer_and_judge(judge, pending, stores.settings.llm_concurrency, opts.progress)
+        seconds["answer_judge"] = time.perf_counter() - t2
+    seconds["total"] = time.perf_counter() - t0
+    return RunResult(
+        tallies,
+        skipped,
+        stats,
+        dup,
+        extractor_name,
+        seconds,
+        [c.sample_id for c in conversations],
+        asked,
+    )
+
+
+async def answer_and_judge(
+    judge: Any,
+    pending: list[tuple[str, Question, Answer, QuestionScore]],
+    concurrency: int,
+    progress: bool,
+) -> None:
+    """Answer each question from its packed memory and grade the answer (an LLM each)."""
+    sem = asyncio.Semaphore(concurrency)
+    bar = tqdm(
+        total=len(pending), desc="answer + judge", unit="q", disable=not progress, file=sys.stderr
+    )
+
+    async def one(q: Question, a: Answer, score: QuestionScore) -> None:
+        async with sem:
+            candidate = await judge.answer(q.question, a.memory_text)
+            score.reward, score.correct = await judge.judge(q.question, q.answer, candidate)
+        bar.update(1)
+
+    try:
+        await asyncio.gather(*(one(q, a, s) for _, q, a, s in pending))
+    finally:
+        bar.close()
+
+
+# --- output ----------------------------------------------------------------------------------
+
+
+def report(opts: Options, result: RunResult) -> dict[str, Any]:
+    """The JSON document of a run."""
+    return {
+        "modes": {m: t.report(CATEGORIES) for m, t in result.tallies.items()},
+        "budget": opts.budget,
+        "conversations": result.conversations,
+        "questions": result.questions,
+        "skipped_no_evidence": result.skipped,
+        "graph": result.graph,
+        "extractor": result.extractor,
+        "concept_duplicates": result.concept_duplicates,
+        "params": opts.params,
+        "via_kafka": opts.via_kafka,
+        "seconds": {k: round(v, 1) for k, v in result.seconds.items()},
+        "command": opts.command,
+        "date": datetime.now(UTC).strftime("%Y-%m-%d"),
+    }
+
+
+def _fmt(v: Any, digits: int = 3) -> str:
+    if v is None:
+        return "–"
+    if isinstance(v, float):
+        return f"{v:.{digits}f}"
+    return str(v)
+
+
+def markdown_table(doc: dict[str, Any]) -> str:
+    """Modes × (overall, categories) with the recall, words and latency columns."""
+    judged = any(r["overall"].get("reward") is not None for r in doc["modes"].values())
+    head = [
+        "mode",
+        "questions",
+        "R@5",
+        "R@10",
+        "R@20",
+        f"R@{doc['budget']}w",
+        "n",
+        "words",
+        "ms mean / p50",
+    ] + (["reward", "J"] if judged else [])
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    names = {
+        "overall": "all 1–4",
+        "cat1": "1 multi-hop",
+        "cat2": "2 temporal",
+        "cat3": "3 open-domain",
+        "cat4": "4 single-hop",
+    }
+    for mode, rows in doc["modes"].items():
+        for scope, name in names.items():
+            r = rows[scope]
+            cells = [
+                f"**{mode}**" if scope == "overall" else mode,
+                name,
+                *(_fmt(r[f"R@{k}"]) for k in KS),
+                _fmt(r["R@budget"]),
+                _fmt(r["n"]),
+                _fmt(r["words"], 0),
+                f"{_fmt(r['latency_ms'], 1)} / {_fmt(r['latency_p50_ms'], 1)}",
+            ]
+            if judged:
+                cells += [_fmt(r.get("reward")), _fmt(r.get("J"))]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def docs_section(doc: dict[str, Any]) -> str:
+    g = doc["graph"]
+    edges = ", ".join(f"{k} {v}" for k, v in g["edges"].items())
+    secs = doc["seconds"]
+    return "\n".join(
+        [
+            DOCS_BEGIN,
+            "## LoCoMo evidence recall",
+            "",
+            f"Run on {doc['date']} with `{doc['command']}` (extractor: {doc['extractor']}; "
+            f"conversations {', '.join(doc['conversations'])}; {doc['questions']} questions of "
+            f"categories 1–4, {doc['skipped_no_evidence']} skipped for lack of usable evidence; "
+            f"word budget {doc['budget']}).",
+            "",
+            "R@k: share of a question's evidence turns covered by the first k ranked items "
+            "(an episode covers its turn, a fact its source turns, a reflection none), averaged; "
+            f"R@{doc['budget']}w: the same over the packed memory. Latency is per query, "
+            "question embedding included.",
+            "",
+            markdown_table(doc),
+            "",
+            f"Graph: {g['episodes']} episodes, {g['facts']} facts, {g['concepts']} concepts, "
+            f"{g['reflections']} reflections; edges: {edges}. "
+            f"Wall time: {secs.get('total', 0):.0f} s ({secs.get('ingest', 0):.0f} s ingest + "
+            f"extraction, {secs.get('questions', 0):.0f} s questions).",
+            DOCS_END,
+        ]
+    )
+
+
+def write_docs(path: Path, section: str) -> None:
+    """Replace the marked LoCoMo section of ``path`` (create the file, or append, if absent)."""
+    text = path.read_text(encoding="utf-8") if path.exists() else ""
+    if DOCS_BEGIN in text and DOCS_END in text:
+        head, rest = text.split(DOCS_BEGIN, 1)
+        tail = rest.split(DOCS_END, 1)[1]
+        text = head + section + tail
+    else:
+        text = (text.rstrip() + "\n\n" if text.strip() else "") + section + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+
+
+# --- servers and wiring ----------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _servers(run_id: str) -> Any:
+    """``(redis_url, kafka_bootstrap, owned)``: the environment's, or an embedded stack."""
+    if os.environ.get("GAAMA_REDIS_URL"):
+        yield None, None, False
+        return
+    from gaama import devstack
+
+    with tempfile.TemporaryDirectory(prefix=f"gaama-locomo-{run_id}-") as d:
+        stack = devstack.start_stack(Path(d), devstack.free_port(), devstack.free_port())
+        try:
+            yield stack.redis_url, stack.kafka_bootstrap, True
+        finally:
+            stack.stop()
+
+
+@contextlib.asynccontextmanager
+async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
+    import redis.asyncio as aioredis
+
+    client = aioredis.Redis.from_url(settings.redis_url)
+    keys = Keys(settings.key_prefix)
+    embedder = build_embedder(settings)
+    index = VectorIndex(client, settings.index_name, embedder.dim, keys)
+    try:
+        await index.ensure()
+        yield Stores(settings, GraphStore(client, keys), index, ChunkStore(client, keys), embedder)
+    finally:
+        await client.aclose()
+
+
+async def _main_async(
+    opts: Options,
+    settings: Settings,
+    conversations: list[Conversation],
+    tenants: dict[str, str],
+    owned: bool,
+    own_namespace: bool,
+) -> dict[str, Any]:
+    llm_client: Any = None
+    async with open_stores(settings) as stores:
+        procs: list[ServiceProcess] = []
+        try:
+            recording: RecordingExtractor | None = None
+            if opts.via_kafka:
+                start = owned if opts.start_services is None else opts.start_services
+                if start:
+                    procs = await start_services(settings)
+            else:
+                inner, llm_client = build_extractor(settings)
+                recording = RecordingExtractor(inner)
+            judge = None
+            if settings.llm_enabled:
+                from gaama.llm.client import LLMClient
+                from gaama.llm.extractor import LLMExtractor
+
+                if llm_client is None:
+                    llm_client = LLMClient(settings)
+                judge = LLMExtractor(llm_client)
+            result = await run(opts, stores, conversations, tenants, recording, judge)
+        finally:
+            for p in procs:
+                p.stop()
+            if llm_client is not None:
+                await llm_client.aclose()
+            if not owned:  # someone else's Redis: leave nothing behind
+                await _clean_up(stores, tenants, own_namespace)
+    return report(opts, result)
+
+
+async def _clean_up(stores: Stores, tenants: dict[str, str], own_namespace: bool) -> None:
+    """Delete the run's data: its whole key prefix and index when they are the run's own, else
+    (services running in a shared namespace) just its tenants."""
+    if not own_namespace:
+        for tenant in tenants.values():
+            await stores.graph.delete_tenant(tenant)
+        return
+    await stores.index.drop()
+    redis = stores.graph.redis
+    batch: list[bytes] = []
+    async for key in redis.scan_iter(match=f"{stores.settings.key_prefix}:*", count=1000):
+        batch.append(key)
+        if len(batch) >= 1000:
+            await redis.unlink(*batch)
+            batch = []
+    if batch:
+        await redis.unlink(*batch)
+
+
+def main(opts: Options) -> dict[str, Any]:
+    """Run the benchmark; print the table; write JSON and docs when asked. Returns the report."""
+    conversations = load_locomo(opts.data, opts.conversations)
+    unknown = sorted(set(opts.modes) - set(MODES))
+    if unknown:
+        raise ValidationError(
+            f"unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}"
+        )
+    run_id = uuid.uuid4().hex[:8]
+    with _servers(run_id) as (redis_url, bootstrap, owned):
+        overrides: dict[str, Any] = {}
+        if owned:
+            overrides = {"redis_url": redis_url, "kafka_bootstrap": bootstrap}
+        external_services = opts.via_kafka and not owned and not opts.start_services
+        if not external_services:
+            # Our own namespace: keys, index and topics no other run shares.
+            overrides |= {
+                "key_prefix": f"locomo-{run_id}",
+                "index_name": f"locomo-{run_id}-idx",
+                "topic_prefix": f"locomo-{run_id}.",
+            }
+        settings = load_settings(**overrides)
+        # Services we do not start use their own namespace; keep our tenants apart in it.
+        tenants = {
+            c.sample_id: (f"{c.sample_id}-{run_id}" if external_services else c.sample_id)
+            for c in conversations
+        }
+        doc = asyncio.run(
+            _main_async(opts, settings, conversations, tenants, owned, not external_services)
+        )
+    table = markdown_table(doc)
+    print(table)
+    print(
+        f"\n{doc['questions']} questions ({doc['skipped_no_evidence']} skipped: no usable "
+        f"evidence); graph {json.dumps(doc['graph'])}; {doc['seconds']} s",
+        file=sys.stderr,
+    )
+    if opts.json_path:
+        opts.json_path.parent.mkdir(parents=True, exist_ok=True)
+        opts.json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    if opts.write_docs:
+        write_docs(opts.write_docs, docs_section(doc))
+    return doc
+
+
+# --- command line ----------------------------------------------------------------------------
+
+
+def _param(text: str) -> tuple[str, Any]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        return key.strip(), json.loads(value)
+    except json.JSONDecodeError:
+        return key.strip(), value
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that reproduces this run (rebuilt from the parsed arguments)."""
+    argv = ["gaama", "bench", "locomo", "--data", args.data]
+    if args.conversations:
+        argv += ["--conversations", args.conversations]
+    if args.modes != ",".join(MODES):
+        argv += ["--modes", args.modes]
+    if args.budget != 1000:
+        argv += ["--budget", str(args.budget)]
+    if args.via_kafka:
+        argv.append("--via-kafka")
+    for key, value in args.param or []:
+        argv += ["--param", f"{key}={json.dumps(value)}"]
+    if args.json:
+        argv += ["--json", args.json]
+    if args.write_docs:
+        argv.append("--write-docs")
+    return shlex.join(argv)
+
+
+def _cli(args: argparse.Namespace) -> int:
+    opts = Options(
+        data=Path(args.data),
+        conversations=[c.strip() for c in args.conversations.split(",") if c.strip()]
+        if args.conversations
+        else None,
+        modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
+        budget=args.budget,
+        via_kafka=args.via_kafka,
+        start_services=args.start_services,
+        json_path=Path(args.json) if args.json else None,
+        write_docs=Path(args.docs) if args.write_docs else None,
+        params=dict(args.param or []),
+        progress=not args.no_progress,
+        command=command_line(args),
+    )
+    try:
+        main(opts)
+    except ConfigError as exc:
+        print(f"gaama bench locomo: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def register(sub: SubParsers) -> None:
+    """Add ``locomo`` under the shared ``bench`` command."""
+    p = bench_subparsers(sub).add_parser(
+        "locomo",
+        help="LoCoMo evidence recall of flat RAG, semantic, GAAMA and entity-PPR",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", required=True, help="LoCoMo JSON (locomo10.json format)")
+    p.add_argument("--conversations", default=None, help="sample ids, comma-separated (all)")
+    p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated of {MODES}")
+    p.add_argument("--budget", type=int, default=1000, help="word budget of packed memory")
+    p.add_argument(
+        "--via-kafka",
+        action="store_true",
+        help="post turns through the broker to the ingest/extract/reflect services",
+    )
+    p.add_argument(
+        "--start-services",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="with --via-kafka, start the services as subprocesses (default: when "
+        "the harness starts its own stack)",
+    )
+    p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    p.add_argument(
+        "--write-docs", action="store_true", help="update the LoCoMo section of docs/benchmarks.md"
+    )
+    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--param",
+        action="append",
+        type=_param,
+        metavar="NAME=VALUE",
+        help="retrieval setting override for semantic/gaama (repeatable)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(func=_cli)
