@@ -58,9 +58,14 @@ def namespace(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def settings(stack: StackInfo, namespace: str) -> Settings:
     return load_settings(
-        redis_url=stack.redis_url, kafka_bootstrap=stack.kafka_bootstrap,
-        key_prefix=namespace, index_name=f"{namespace}-idx", topic_prefix=f"{namespace}.",
-        llm_max_retries=2, retry_backoff_s=0.05, chunk_idle_s=1.0,
+        redis_url=stack.redis_url,
+        kafka_bootstrap=stack.kafka_bootstrap,
+        key_prefix=namespace,
+        index_name=f"{namespace}-idx",
+        topic_prefix=f"{namespace}.",
+        llm_max_retries=2,
+        retry_backoff_s=0.05,
+        chunk_idle_s=1.0,
     )
 
 
@@ -82,8 +87,9 @@ def graph(redis_client: aioredis.Redis, keys: Keys) -> GraphStore:
 
 
 @pytest.fixture
-async def index(redis_client: aioredis.Redis, keys: Keys, settings: Settings
-                ) -> AsyncIterator[VectorIndex]:
+async def index(
+    redis_client: aioredis.Redis, keys: Keys, settings: Settings
+) -> AsyncIterator[VectorIndex]:
     idx = VectorIndex(redis_client, settings.index_name, settings.embed_dim, keys)
     await idx.ensure()
     yield idx
@@ -102,5 +108,6 @@ async def topics(settings: Settings) -> list[str]:
     """This test's own topics (prefixed), created on the real broker."""
     from gaama.devstack import create_topics
 
-    return await create_topics(settings.kafka_bootstrap, settings.topic_partitions,
-                               settings.topic_prefix)
+    return await create_topics(
+        settings.kafka_bootstrap, settings.topic_partitions, settings.topic_prefix
+    )

@@ -20,14 +20,27 @@ from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consum
 log = logging.getLogger("gaama.extract")
 
 
-def build_app(settings: Settings, pipeline: ExtractionPipeline, registry: CollectorRegistry,
-              metrics: StageMetrics, ready: ReadyCheck) -> faust.App:
+def build_app(
+    settings: Settings,
+    pipeline: ExtractionPipeline,
+    registry: CollectorRegistry,
+    metrics: StageMetrics,
+    ready: ReadyCheck,
+) -> faust.App:
     app = make_app("extract", settings, settings.extract_port)
     publisher = Publisher(app, settings, "extract")
     # Extraction is slow per chunk; small batches keep acks (and progress) flowing.
-    consume(app, service="extract", source_base=TOPIC_EPISODES, settings=settings,
-            handler=partial(handle, pipeline=pipeline), metrics=metrics, publisher=publisher,
-            batch_size=16, window_s=0.2)
+    consume(
+        app,
+        service="extract",
+        source_base=TOPIC_EPISODES,
+        settings=settings,
+        handler=partial(handle, pipeline=pipeline),
+        metrics=metrics,
+        publisher=publisher,
+        batch_size=16,
+        window_s=0.2,
+    )
     add_ops_pages(app, registry, ready)
 
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))

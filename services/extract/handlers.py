@@ -8,8 +8,14 @@ Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaa
 from __future__ import annotations
 
 from gaama.errors import ValidationError
-from gaama.events import TOPIC_FACTS, EpisodeStored, FactsExtracted, conversation_key, decode
-from gaama.events import split_key
+from gaama.events import (
+    TOPIC_FACTS,
+    EpisodeStored,
+    FactsExtracted,
+    conversation_key,
+    decode,
+    split_key,
+)
 from gaama.extract.pipeline import ExtractionPipeline
 from services.runtime.records import BatchResult, Failure, Outgoing, Record
 
@@ -21,8 +27,9 @@ def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
 def validate_episode(record: Record) -> EpisodeStored:
     ev = decode(EpisodeStored, record.value)
     if split_key(record.key) != (ev.tenant, ev.conversation):
-        raise ValidationError("message key does not match the event's tenant/conversation",
-                              reason="tenant_mismatch")
+        raise ValidationError(
+            "message key does not match the event's tenant/conversation", reason="tenant_mismatch"
+        )
     return ev
 
 

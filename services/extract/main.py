@@ -31,10 +31,17 @@ def main() -> int:
     embedder = build_embedder(settings, embed_metrics("extract", registry))
     extractor, _client = build_extractor(settings, lm)
     stores = connect_stores(settings, embedder.dim)
-    pipeline = ExtractionPipeline(ExtractDeps(
-        settings=settings, graph=stores.graph, index=stores.index,
-        chunks=ChunkStore(stores.redis, stores.graph.keys), embedder=embedder,
-        extractor=extractor, llm_metrics=lm))
+    pipeline = ExtractionPipeline(
+        ExtractDeps(
+            settings=settings,
+            graph=stores.graph,
+            index=stores.index,
+            chunks=ChunkStore(stores.redis, stores.graph.keys),
+            embedder=embedder,
+            extractor=extractor,
+            llm_metrics=lm,
+        )
+    )
     app = build_app(settings, pipeline, registry, metrics, stores.ready)
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 

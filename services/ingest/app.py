@@ -18,19 +18,28 @@ from services.runtime.auth import AuthError, tenant_for
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 
 
-def build_app(deps: IngestDeps, registry: CollectorRegistry, metrics: StageMetrics,
-              ready: ReadyCheck) -> faust.App:
+def build_app(
+    deps: IngestDeps, registry: CollectorRegistry, metrics: StageMetrics, ready: ReadyCheck
+) -> faust.App:
     s = deps.settings
     app = make_app("ingest", s, s.ingest_port)
     publisher = Publisher(app, s, "ingest")
-    consume(app, service="ingest", source_base=TOPIC_TURNS, settings=s,
-            handler=partial(handle, deps=deps), metrics=metrics, publisher=publisher,
-            batch_size=s.ingest_batch, window_s=s.ingest_batch_window_s)
+    consume(
+        app,
+        service="ingest",
+        source_base=TOPIC_TURNS,
+        settings=s,
+        handler=partial(handle, deps=deps),
+        metrics=metrics,
+        publisher=publisher,
+        batch_size=s.ingest_batch,
+        window_s=s.ingest_batch_window_s,
+    )
     add_ops_pages(app, registry, ready)
     turns_topic = publisher.topic(TOPIC_TURNS)
 
     @app.page("/v1/turns")
-    class Turns(View):  # noqa: F841 - registered by the decorator
+    class Turns(View):
         async def post(self, request: Request) -> Response:
             try:
                 tenant = tenant_for(request.headers, s)
@@ -48,8 +57,11 @@ def build_app(deps: IngestDeps, registry: CollectorRegistry, metrics: StageMetri
             futures = []
             try:
                 for t in turns:
-                    futures.append(await turns_topic.send(
-                        key=conversation_key(t.tenant, t.conversation), value=encode(t)))
+                    futures.append(
+                        await turns_topic.send(
+                            key=conversation_key(t.tenant, t.conversation), value=encode(t)
+                        )
+                    )
                 await app.producer.flush()
                 for f in futures:
                     await f

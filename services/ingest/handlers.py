@@ -48,20 +48,31 @@ def validate_turn(record: Record, settings: Settings) -> TurnReceived:
     if (tenant, conversation) != (turn.tenant, turn.conversation):
         raise ValidationError(
             f"key {tenant}/{conversation} does not match the body's "
-            f"{turn.tenant}/{turn.conversation}", reason="tenant_mismatch")
+            f"{turn.tenant}/{turn.conversation}",
+            reason="tenant_mismatch",
+        )
     if len(turn.text) > settings.turn_max_chars:
-        raise ValidationError(f"text has {len(turn.text)} characters; the limit is "
-                              f"{settings.turn_max_chars} (GAAMA_TURN_MAX_CHARS)",
-                              reason="too_large")
+        raise ValidationError(
+            f"text has {len(turn.text)} characters; the limit is "
+            f"{settings.turn_max_chars} (GAAMA_TURN_MAX_CHARS)",
+            reason="too_large",
+        )
     return turn
 
 
 def episode_node(turn: TurnReceived, vector: list[float] | None = None) -> Node:
     return Node(
-        id=ids.episode_id(turn.tenant, turn.conversation, turn.turn_id), tenant=turn.tenant,
-        kind=NodeKind.EPISODE, text=turn.episode_text(), time=turn.timestamp.timestamp(),
-        conversation=turn.conversation, subject=turn.subject, turn_id=turn.turn_id,
-        speaker=turn.speaker, vector=vector, extra={"raw": turn.said()},
+        id=ids.episode_id(turn.tenant, turn.conversation, turn.turn_id),
+        tenant=turn.tenant,
+        kind=NodeKind.EPISODE,
+        text=turn.episode_text(),
+        time=turn.timestamp.timestamp(),
+        conversation=turn.conversation,
+        subject=turn.subject,
+        turn_id=turn.turn_id,
+        speaker=turn.speaker,
+        vector=vector,
+        extra={"raw": turn.said()},
     )
 
 
@@ -87,11 +98,24 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
     for (_, turn), node in zip(turns, nodes, strict=True):
         if node.vector is not None and await deps.graph.append_episode(node):
             result.stored["episode"] += 1
-        result.out.append(Outgoing(TOPIC_EPISODES, conversation_key(turn.tenant, turn.conversation),
-                                   EpisodeStored(
-            tenant=turn.tenant, conversation=turn.conversation, episode_id=node.id,
-            turn_id=turn.turn_id, speaker=turn.speaker, text=node.text, raw_text=turn.said(),
-            timestamp=turn.timestamp, subject=turn.subject, end_of_session=turn.end_of_session)))
+        result.out.append(
+            Outgoing(
+                TOPIC_EPISODES,
+                conversation_key(turn.tenant, turn.conversation),
+                EpisodeStored(
+                    tenant=turn.tenant,
+                    conversation=turn.conversation,
+                    episode_id=node.id,
+                    turn_id=turn.turn_id,
+                    speaker=turn.speaker,
+                    text=node.text,
+                    raw_text=turn.said(),
+                    timestamp=turn.timestamp,
+                    subject=turn.subject,
+                    end_of_session=turn.end_of_session,
+                ),
+            )
+        )
     return result
 
 
@@ -153,14 +177,25 @@ def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[Turn
     out = []
     for i, t in enumerate(req.turns):
         if len(t.text) > settings.turn_max_chars:
-            raise ValidationError(f"turns.{i}.text: {len(t.text)} characters; the limit is "
-                                  f"{settings.turn_max_chars}", reason="too_large")
+            raise ValidationError(
+                f"turns.{i}.text: {len(t.text)} characters; the limit is {settings.turn_max_chars}",
+                reason="too_large",
+            )
         turn_id = t.turn_id or ids.derived_turn_id(str(t.timestamp), t.speaker, t.text)
         try:
-            out.append(TurnReceived(tenant=tenant, conversation=t.conversation, turn_id=turn_id,
-                                    speaker=t.speaker, text=t.text, timestamp=t.timestamp,
-                                    subject=t.subject, image_caption=t.image_caption,
-                                    end_of_session=t.end_of_session))
+            out.append(
+                TurnReceived(
+                    tenant=tenant,
+                    conversation=t.conversation,
+                    turn_id=turn_id,
+                    speaker=t.speaker,
+                    text=t.text,
+                    timestamp=parse_time(t.timestamp),
+                    subject=t.subject,
+                    image_caption=t.image_caption,
+                    end_of_session=t.end_of_session,
+                )
+            )
         except PydanticValidationError as exc:
             raise ValidationError(f"turns.{i}: {describe(exc)}") from None
     return out

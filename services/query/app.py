@@ -15,6 +15,9 @@ from typing import Annotated
 from fastapi import Depends, FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from redis.exceptions import RedisError
+
 from gaama.errors import (
     GaamaError,
     LLMOutputError,
@@ -24,9 +27,6 @@ from gaama.errors import (
     ValidationError,
 )
 from gaama.metrics import graph_size_gauge
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from redis.exceptions import RedisError
-
 from services.query.handlers import (
     AnswerRequest,
     AnswerResponse,

@@ -13,6 +13,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
+from pydantic import BaseModel, ConfigDict, Field
+from redis.exceptions import RedisError
+
 from gaama.config import Settings
 from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
@@ -21,8 +24,6 @@ from gaama.retrieval.pack import Item
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
-from pydantic import BaseModel, ConfigDict, Field
-from redis.exceptions import RedisError
 
 log = logging.getLogger("gaama.query")
 

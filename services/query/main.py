@@ -16,13 +16,13 @@ from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
+from prometheus_client import CollectorRegistry
+
 from gaama.config import Settings, load_settings
 from gaama.embed import build_embedder
 from gaama.errors import GaamaError
 from gaama.metrics import embed_metrics, llm_metrics, query_metrics
 from gaama.retrieval.search import Retriever
-from prometheus_client import CollectorRegistry
-
 from services.query.app import create_app
 from services.query.handlers import Answerer, QueryDeps
 from services.runtime.bootstrap import connect_stores

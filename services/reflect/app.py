@@ -15,12 +15,25 @@ from services.reflect.handlers import handle
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 
 
-def build_app(settings: Settings, pipeline: ReflectionPipeline, registry: CollectorRegistry,
-              metrics: StageMetrics, ready: ReadyCheck) -> faust.App:
+def build_app(
+    settings: Settings,
+    pipeline: ReflectionPipeline,
+    registry: CollectorRegistry,
+    metrics: StageMetrics,
+    ready: ReadyCheck,
+) -> faust.App:
     app = make_app("reflect", settings, settings.reflect_port)
     publisher = Publisher(app, settings, "reflect")
-    consume(app, service="reflect", source_base=TOPIC_FACTS, settings=settings,
-            handler=partial(handle, pipeline=pipeline), metrics=metrics, publisher=publisher,
-            batch_size=16, window_s=0.2)
+    consume(
+        app,
+        service="reflect",
+        source_base=TOPIC_FACTS,
+        settings=settings,
+        handler=partial(handle, pipeline=pipeline),
+        metrics=metrics,
+        publisher=publisher,
+        batch_size=16,
+        window_s=0.2,
+    )
     add_ops_pages(app, registry, ready)
     return app

@@ -18,8 +18,10 @@ async def handle(batch: list[Record], pipeline: ReflectionPipeline) -> BatchResu
         try:
             ev = decode(FactsExtracted, record.value)
             if split_key(record.key) != (ev.tenant, ev.conversation):
-                raise ValidationError("message key does not match the event's "
-                                      "tenant/conversation", reason="tenant_mismatch")
+                raise ValidationError(
+                    "message key does not match the event's tenant/conversation",
+                    reason="tenant_mismatch",
+                )
         except ValidationError as exc:
             result.failed.append(Failure(record, exc.reason, str(exc)))
             continue

@@ -29,9 +29,15 @@ def main() -> int:
     embedder = build_embedder(settings, embed_metrics("reflect", registry))
     extractor, _client = build_extractor(settings, llm_metrics("reflect", registry))
     stores = connect_stores(settings, embedder.dim)
-    pipeline = ReflectionPipeline(ReflectDeps(settings=settings, graph=stores.graph,
-                                              index=stores.index, embedder=embedder,
-                                              extractor=extractor))
+    pipeline = ReflectionPipeline(
+        ReflectDeps(
+            settings=settings,
+            graph=stores.graph,
+            index=stores.index,
+            embedder=embedder,
+            extractor=extractor,
+        )
+    )
     app = build_app(settings, pipeline, registry, metrics, stores.ready)
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 

@@ -52,11 +52,13 @@ async def ensure_index(settings: Settings, dim: int) -> None:
 
 def connect_stores(settings: Settings, dim: int) -> Stores:
     asyncio.run(ensure_index(settings, dim))
-    client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10,
-                                     socket_connect_timeout=5, health_check_interval=30)
+    client = aioredis.Redis.from_url(
+        settings.redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
+    )
     keys = Keys(settings.key_prefix)
-    return Stores(client, GraphStore(client, keys),
-                  VectorIndex(client, settings.index_name, dim, keys))
+    return Stores(
+        client, GraphStore(client, keys), VectorIndex(client, settings.index_name, dim, keys)
+    )
 
 
 def run_worker(app: faust.App, stores: Stores, warm: Callable[[], None] | None = None) -> int:

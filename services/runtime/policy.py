@@ -26,8 +26,13 @@ log = logging.getLogger("gaama.runtime")
 Handler = Callable[[list[Record]], Awaitable[BatchResult]]
 
 
-async def _with_retries(handler: Handler, batch: list[Record], max_retries: int, backoff: float,
-                        on_retry: Callable[[], None]) -> BatchResult:
+async def _with_retries(
+    handler: Handler,
+    batch: list[Record],
+    max_retries: int,
+    backoff: float,
+    on_retry: Callable[[], None],
+) -> BatchResult:
     attempt = 0
     while True:
         try:
@@ -41,14 +46,24 @@ async def _with_retries(handler: Handler, batch: list[Record], max_retries: int,
                 raise
             on_retry()
             delay = min(30.0, backoff * 2 ** min(attempt - 1, 10)) * (0.5 + random.random())
-            log.warning("transient failure (%s), attempt %d, retrying in %.2fs: %s",
-                        exc.reason, attempt, delay, exc)
+            log.warning(
+                "transient failure (%s), attempt %d, retrying in %.2fs: %s",
+                exc.reason,
+                attempt,
+                delay,
+                exc,
+            )
             await asyncio.sleep(delay)
 
 
-async def process_batch(handler: Handler, batch: list[Record], *, max_retries: int,
-                        backoff: float, on_retry: Callable[[], None] = lambda: None
-                        ) -> BatchResult:
+async def process_batch(
+    handler: Handler,
+    batch: list[Record],
+    *,
+    max_retries: int,
+    backoff: float,
+    on_retry: Callable[[], None] = lambda: None,
+) -> BatchResult:
     """Run ``handler`` over ``batch`` under the policy above; never raises for bad records."""
     try:
         return await _with_retries(handler, batch, max_retries, backoff, on_retry)
@@ -56,15 +71,19 @@ async def process_batch(handler: Handler, batch: list[Record], *, max_retries: i
         if len(batch) == 1:
             return BatchResult(failed=[Failure(batch[0], exc.reason, str(exc))])
         log.warning("batch of %d failed (%s); isolating records", len(batch), exc.reason)
-    except Exception as exc:  # noqa: BLE001 - a bug must not crash the consumer: dead-letter it
+    except Exception as exc:
         if len(batch) == 1:
-            log.exception("unexpected error on %s[%s]@%s", batch[0].topic, batch[0].partition,
-                          batch[0].offset)
+            log.exception(
+                "unexpected error on %s[%s]@%s", batch[0].topic, batch[0].partition, batch[0].offset
+            )
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             return BatchResult(failed=[Failure(batch[0], "error", detail)])
         log.exception("batch of %d failed unexpectedly; isolating records", len(batch))
     result = BatchResult()
     for record in batch:
-        result.merge(await process_batch(handler, [record], max_retries=max_retries,
-                                         backoff=backoff, on_retry=on_retry))
+        result.merge(
+            await process_batch(
+                handler, [record], max_retries=max_retries, backoff=backoff, on_retry=on_retry
+            )
+        )
     return result

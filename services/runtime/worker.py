@@ -61,9 +61,13 @@ class Publisher:
 
     def topic(self, base: str) -> Any:
         if base not in self._topics:
-            self._topics[base] = self.app.topic(topic_name(base, self.settings.topic_prefix),
-                                                key_type=bytes, value_type=bytes,
-                                                value_serializer="raw", key_serializer="raw")
+            self._topics[base] = self.app.topic(
+                topic_name(base, self.settings.topic_prefix),
+                key_type=bytes,
+                value_type=bytes,
+                value_serializer="raw",
+                key_serializer="raw",
+            )
         return self._topics[base]
 
     async def publish(self, result: BatchResult, source_base: str) -> None:
@@ -71,36 +75,71 @@ class Publisher:
         for o in result.out:
             futures.append(await self.topic(o.topic).send(key=o.key, value=encode(o.event)))
         for f in result.failed:
-            letter = DeadLetter.of(source_topic=f.record.topic, value=f.record.value,
-                                   key=f.record.key, partition=f.record.partition,
-                                   offset=f.record.offset, reason=f.reason, error=f.error,
-                                   service=self.service)
-            log.warning("dead-lettered %s[%s]@%s: %s: %s", f.record.topic, f.record.partition,
-                        f.record.offset, f.reason, f.error)
-            futures.append(await self.topic(dlq(source_base)).send(
-                key=f.record.key or b"", value=encode(letter)))
+            letter = DeadLetter.of(
+                source_topic=f.record.topic,
+                value=f.record.value,
+                key=f.record.key,
+                partition=f.record.partition,
+                offset=f.record.offset,
+                reason=f.reason,
+                error=f.error,
+                service=self.service,
+            )
+            log.warning(
+                "dead-lettered %s[%s]@%s: %s: %s",
+                f.record.topic,
+                f.record.partition,
+                f.record.offset,
+                f.reason,
+                f.error,
+            )
+            futures.append(
+                await self.topic(dlq(source_base)).send(
+                    key=f.record.key or b"", value=encode(letter)
+                )
+            )
         if futures:
             await self.app.producer.flush()
             for fut in futures:
                 await fut  # raises if the broker refused the record: the batch is not acked
 
 
-def consume(app: faust.App, *, service: str, source_base: str, settings: Settings,
-            handler: Handler, metrics: StageMetrics, publisher: Publisher, batch_size: int,
-            window_s: float) -> None:
+def consume(
+    app: faust.App,
+    *,
+    service: str,
+    source_base: str,
+    settings: Settings,
+    handler: Handler,
+    metrics: StageMetrics,
+    publisher: Publisher,
+    batch_size: int,
+    window_s: float,
+) -> None:
     """Bind ``handler`` to ``source_base`` as a batching faust agent."""
     source = publisher.topic(source_base)
 
     async def agent(stream: Any) -> None:
         async for events in stream.take_events(batch_size, within=window_s):
-            records = [Record(topic=e.message.topic, key=e.key, value=e.value,
-                              partition=e.message.partition, offset=e.message.offset)
-                       for e in events]
+            records = [
+                Record(
+                    topic=e.message.topic,
+                    key=e.key,
+                    value=e.value,
+                    partition=e.message.partition,
+                    offset=e.message.offset,
+                )
+                for e in events
+            ]
             t0 = time.perf_counter()
             metrics.consumed.inc(len(records))
-            result = await process_batch(handler, records, max_retries=settings.max_retries,
-                                         backoff=settings.retry_backoff_s,
-                                         on_retry=metrics.retries.inc)
+            result = await process_batch(
+                handler,
+                records,
+                max_retries=settings.max_retries,
+                backoff=settings.retry_backoff_s,
+                on_retry=metrics.retries.inc,
+            )
             await publisher.publish(result, source_base)
             for kind, n in result.stored.items():
                 metrics.stored.labels(kind).inc(n)
@@ -116,18 +155,18 @@ def add_ops_pages(app: faust.App, registry: CollectorRegistry, ready: ReadyCheck
     """``/metrics``, ``/healthz`` (the process serves) and ``/readyz`` (dependencies answer)."""
 
     @app.page("/metrics")
-    class Metrics(View):  # noqa: F841 - registered by the decorator
+    class Metrics(View):
         async def get(self, request: Request) -> Response:
             # aiohttp refuses a charset inside content_type; Prometheus reads text/plain fine.
             return self.bytes(generate_latest(registry), content_type="text/plain")
 
     @app.page("/healthz")
-    class Health(View):  # noqa: F841
+    class Health(View):
         async def get(self, request: Request) -> Response:
             return self.json({"status": "ok"})
 
     @app.page("/readyz")
-    class Ready(View):  # noqa: F841
+    class Ready(View):
         async def get(self, request: Request) -> Response:
             reason = await ready()
             if reason is None:

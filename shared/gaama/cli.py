@@ -16,23 +16,26 @@ def _dev(args: argparse.Namespace) -> int:
     if args.action == "up":
         stack = devstack.up(directory, args.redis_port, args.kafka_port, args.partitions)
         sys.stdout.write(stack.env_lines())
-        print(f"# embedded stack up in {directory} (redis pid {stack.redis_pid}, "
-              f"broker pid {stack.kafka_pid}); `gaama dev down` stops it", file=sys.stderr)
+        print(
+            f"# embedded stack up in {directory} (redis pid {stack.redis_pid}, "
+            f"broker pid {stack.kafka_pid}); `gaama dev down` stops it",
+            file=sys.stderr,
+        )
         return 0
-    stack = devstack.Stack.load(directory)
+    recorded = devstack.Stack.load(directory)
     if args.action == "down":
-        if stack is None:
+        if recorded is None:
             print(f"# no embedded stack recorded in {directory}", file=sys.stderr)
             return 0
-        stack.stop()
+        recorded.stop()
         print("# embedded stack stopped", file=sys.stderr)
         return 0
-    if stack is None:
+    if recorded is None:
         print(f"down (nothing recorded in {directory})")
         return 1
-    health = devstack.stack_healthy(stack)
+    health = devstack.stack_healthy(recorded)
     for name, ok in health.items():
-        port = stack.redis_port if name == "redis" else stack.kafka_port
+        port = recorded.redis_port if name == "redis" else recorded.kafka_port
         print(f"{name:6s} 127.0.0.1:{port}  {'up' if ok else 'DOWN'}")
     return 0 if all(health.values()) else 1
 

@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     query_port: int = Field(8084, ge=1, le=65535)
     query_max_chars: int = Field(2000, ge=1, le=100000)
 
-    retrieval: RetrievalSettings = Field(default_factory=lambda: RetrievalSettings())
+    retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
 
     @field_validator("redis_url")
     @classmethod
@@ -132,8 +132,10 @@ class Settings(BaseSettings):
         given = [k for k, v in parts.items() if v]
         if given and len(given) != len(parts):
             missing = sorted(set(parts) - set(given))
-            raise ValueError(f"an LLM needs both GAAMA_LLM_BASE_URL and GAAMA_LLM_MODEL; "
-                             f"missing {', '.join(missing)}")
+            raise ValueError(
+                f"an LLM needs both GAAMA_LLM_BASE_URL and GAAMA_LLM_MODEL; "
+                f"missing {', '.join(missing)}"
+            )
         if self.llm_cassette_mode != "off" and not self.llm_cassette:
             raise ValueError("GAAMA_LLM_CASSETTE_MODE is set but GAAMA_LLM_CASSETTE is not")
         return self

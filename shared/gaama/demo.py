@@ -45,8 +45,9 @@ def _log(msg: str) -> None:
     print(f"\033[1m==>\033[0m {msg}", flush=True)
 
 
-def _wait_ready(name: str, url: str, proc: subprocess.Popen[bytes], log: Path,
-                timeout: float = 120) -> None:
+def _wait_ready(
+    name: str, url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -63,7 +64,8 @@ def _wait_ready(name: str, url: str, proc: subprocess.Popen[bytes], log: Path,
 
 def _sample() -> dict[str, Any]:
     data: dict[str, Any] = json.loads(
-        resources.files("gaama").joinpath("data/sample_conversation.json").read_text())
+        resources.files("gaama").joinpath("data/sample_conversation.json").read_text()
+    )
     return data
 
 
@@ -72,10 +74,16 @@ def _turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
     for s_no, sess in enumerate(sample["sessions"], start=1):
         start = datetime.fromisoformat(sess["time"].replace("Z", "+00:00"))
         for t_no, (speaker, text) in enumerate(sess["turns"], start=1):
-            out.append({"conversation": sample["conversation"], "turn_id": f"S{s_no}:{t_no}",
-                        "speaker": speaker, "text": text,
-                        "timestamp": (start + timedelta(minutes=t_no)).isoformat(),
-                        "end_of_session": t_no == len(sess["turns"])})
+            out.append(
+                {
+                    "conversation": sample["conversation"],
+                    "turn_id": f"S{s_no}:{t_no}",
+                    "speaker": speaker,
+                    "text": text,
+                    "timestamp": (start + timedelta(minutes=t_no)).isoformat(),
+                    "end_of_session": t_no == len(sess["turns"]),
+                }
+            )
     return out
 
 
@@ -95,20 +103,25 @@ async def _counts(redis_url: str) -> dict[str, int]:
         counts = await VectorIndex(client, s.index_name, s.embed_dim, keys).count(TENANT)
         open_eps = await ChunkStore(client, keys).episodes(TENANT, _sample()["conversation"])
         counts["open_chunk_episodes"] = len(open_eps)
-        counts["chain"] = len(await GraphStore(client, keys).chain(TENANT,
-                                                                     _sample()["conversation"]))
+        counts["chain"] = len(
+            await GraphStore(client, keys).chain(TENANT, _sample()["conversation"])
+        )
         return counts
     finally:
         await client.aclose()
 
 
 def _show(result: dict[str, Any], question: str) -> None:
-    print(f"\n\033[1mQ: {question}\033[0m  ({result['words']} words, "
-          f"{sum(result['stats']['timings_ms'].values()):.0f} ms)")
+    print(
+        f"\n\033[1mQ: {question}\033[0m  ({result['words']} words, "
+        f"{sum(result['stats']['timings_ms'].values()):.0f} ms)"
+    )
     for item in result["ranked"][:6]:
         turns = ",".join(p["turn_id"] for p in item["provenance"]) or "-"
-        print(f"  {item['score']:.3f} (sim {item['sim']:.2f}, ppr {item['ppr']:.2f}) "
-              f"[{item['kind']:<10}] {item['text'][:110]}  ← turns {turns}")
+        print(
+            f"  {item['score']:.3f} (sim {item['sim']:.2f}, ppr {item['ppr']:.2f}) "
+            f"[{item['kind']:<10}] {item['text'][:110]}  ← turns {turns}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -119,13 +132,20 @@ def run(args: argparse.Namespace) -> int:
     stack = devstack.up(base / "dev", devstack.DEFAULT_REDIS_PORT, devstack.DEFAULT_KAFKA_PORT, 4)
     for name, port in PORTS.items():
         if not devstack.port_free(port):
-            raise GaamaError(f"port {port} for the {name} service is taken; stop what uses it "
-                             f"(an earlier `make run`?)")
+            raise GaamaError(
+                f"port {port} for the {name} service is taken; stop what uses it "
+                f"(an earlier `make run`?)"
+            )
     key = "gk_" + secrets.token_urlsafe(24)
-    env = {**os.environ, "GAAMA_REDIS_URL": stack.redis_url,
-           "GAAMA_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
-           "GAAMA_API_KEYS": json.dumps([{"key_sha256": hash_api_key(key), "tenant": TENANT}]),
-           "GAAMA_CHUNK_IDLE_S": "5", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env = {
+        **os.environ,
+        "GAAMA_REDIS_URL": stack.redis_url,
+        "GAAMA_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "GAAMA_API_KEYS": json.dumps([{"key_sha256": hash_api_key(key), "tenant": TENANT}]),
+        "GAAMA_CHUNK_IDLE_S": "5",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+    }
     procs: dict[str, subprocess.Popen[bytes]] = {}
 
     def stop_all() -> None:
@@ -142,8 +162,12 @@ def run(args: argparse.Namespace) -> int:
         for name in SERVICES:
             log = logs / f"{name}.log"
             procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}.main"], env=env,
-                stdout=log.open("ab"), stderr=subprocess.STDOUT, start_new_session=True)
+                [sys.executable, "-m", f"services.{name}.main"],
+                env=env,
+                stdout=log.open("ab"),
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         for name in SERVICES:
             url = f"http://127.0.0.1:{PORTS[name]}"
             _wait_ready(name, url, procs[name], logs / f"{name}.log")
@@ -151,28 +175,43 @@ def run(args: argparse.Namespace) -> int:
         _log(f"demo tenant {TENANT!r}, API key (keep it; new each run):\n    {key}")
         from gaama.client import GaamaClient
 
-        client = GaamaClient(f"http://127.0.0.1:{PORTS['query']}", api_key=key,
-                             ingest_url=f"http://127.0.0.1:{PORTS['ingest']}")
+        client = GaamaClient(
+            f"http://127.0.0.1:{PORTS['query']}",
+            api_key=key,
+            ingest_url=f"http://127.0.0.1:{PORTS['ingest']}",
+        )
         sample = _sample()
         turns = _turns(sample)
         ids = client.add_turns(turns)
-        _log(f"posted {len(turns)} turns of {sample['conversation']!r} to POST /v1/turns "
-             f"→ {len(ids)} episode ids")
+        _log(
+            f"posted {len(turns)} turns of {sample['conversation']!r} to POST /v1/turns "
+            f"→ {len(ids)} episode ids"
+        )
         deadline = time.monotonic() + 180
         counts: dict[str, int] = {}
         while time.monotonic() < deadline:
             counts = asyncio.run(_counts(stack.redis_url))
-            if counts["chain"] == len(turns) and counts["open_chunk_episodes"] == 0 \
-                    and counts["reflection"] > 0:
+            if (
+                counts["chain"] == len(turns)
+                and counts["open_chunk_episodes"] == 0
+                and counts["reflection"] > 0
+            ):
                 break
             time.sleep(1)
-        _log("stored for tenant demo: " + ", ".join(
-            f"{counts.get(k, 0)} {k}s" for k in ("episode", "fact", "concept", "reflection")))
+        _log(
+            "stored for tenant demo: "
+            + ", ".join(
+                f"{counts.get(k, 0)} {k}s" for k in ("episode", "fact", "concept", "reflection")
+            )
+        )
         for question in sample["questions"]:
             _show(client.search(question, k=6), question)
         print()
-        _log("try it yourself:\n    curl -s localhost:8084/v1/search -H 'X-API-Key: " + key +
-             "' -H 'content-type: application/json' -d '{\"query\": \"Who is Ana?\"}'")
+        _log(
+            "try it yourself:\n    curl -s localhost:8084/v1/search -H 'X-API-Key: "
+            + key
+            + "' -H 'content-type: application/json' -d '{\"query\": \"Who is Ana?\"}'"
+        )
         if args.no_wait:
             return 0
         _log("serving; press Ctrl-C to stop")

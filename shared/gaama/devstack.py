@@ -110,10 +110,16 @@ class Stack:
         return f"GAAMA_REDIS_URL={self.redis_url}\nGAAMA_KAFKA_BOOTSTRAP={self.kafka_bootstrap}\n"
 
     def save(self) -> None:
-        (self.directory / "stack.json").write_text(json.dumps({
-            "redis_port": self.redis_port, "kafka_port": self.kafka_port,
-            "redis_pid": self.redis_pid, "kafka_pid": self.kafka_pid,
-        }))
+        (self.directory / "stack.json").write_text(
+            json.dumps(
+                {
+                    "redis_port": self.redis_port,
+                    "kafka_port": self.kafka_port,
+                    "redis_pid": self.redis_pid,
+                    "kafka_pid": self.kafka_pid,
+                }
+            )
+        )
 
     @classmethod
     def load(cls, directory: Path) -> Stack | None:
@@ -155,23 +161,46 @@ def _alive(pid: int) -> bool:
 
 def _start_redis(directory: Path, port: int) -> int:
     server, modules = redis_binaries()
-    args = [str(server), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
-            "--appendonly", "no", "--dir", str(directory), "--protected-mode", "yes"]
+    args = [
+        str(server),
+        "--bind",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(directory),
+        "--protected-mode",
+        "yes",
+    ]
     for m in modules:
         args += ["--loadmodule", str(m)]
     log = (directory / "redis.log").open("ab")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL
+    )
     return proc.pid
 
 
 def _start_tansu(directory: Path, port: int) -> int:
     url = f"tcp://127.0.0.1:{port}"
-    args = [str(tansu_binary()), "broker", "--listener-url", url,
-            "--advertised-listener-url", url, "--storage-engine", "memory://tansu/"]
+    args = [
+        str(tansu_binary()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
     log = (directory / "tansu.log").open("ab")
-    proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                            stdin=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL
+    )
     return proc.pid
 
 
@@ -184,7 +213,8 @@ def _wait_redis(port: int, pid: int, log: Path, timeout: float = 20) -> None:
             raise StackError(f"redis-server exited at start; its log says:\n{_tail(log)}")
         try:
             r = redis.Redis(port=port, socket_timeout=1)
-            modules = {m[b"name"].decode() for m in r.execute_command("MODULE", "LIST")}
+            reply = r.execute_command("MODULE", "LIST")  # type: ignore[no-untyped-call]
+            modules = {m[b"name"].decode() for m in reply}
             r.close()
             if "search" not in modules:
                 raise StackError("redis-server started without the Query Engine (search module)")
@@ -193,8 +223,9 @@ def _wait_redis(port: int, pid: int, log: Path, timeout: float = 20) -> None:
             time.sleep(0.05)
         except redis.exceptions.BusyLoadingError:
             time.sleep(0.05)
-    raise StackError(f"redis-server did not answer on 127.0.0.1:{port} within {timeout:.0f}s; "
-                     f"log:\n{_tail(log)}")
+    raise StackError(
+        f"redis-server did not answer on 127.0.0.1:{port} within {timeout:.0f}s; log:\n{_tail(log)}"
+    )
 
 
 def _wait_tcp(port: int, pid: int, log: Path, name: str, timeout: float = 20) -> None:
@@ -207,12 +238,14 @@ def _wait_tcp(port: int, pid: int, log: Path, name: str, timeout: float = 20) ->
             if s.connect_ex(("127.0.0.1", port)) == 0:
                 return
         time.sleep(0.05)
-    raise StackError(f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s; "
-                     f"log:\n{_tail(log)}")
+    raise StackError(
+        f"{name} did not listen on 127.0.0.1:{port} within {timeout:.0f}s; log:\n{_tail(log)}"
+    )
 
 
-async def create_topics(bootstrap: str, partitions: int, prefix: str = "",
-                        timeout: float = 30) -> list[str]:
+async def create_topics(
+    bootstrap: str, partitions: int, prefix: str = "", request_timeout: float = 30
+) -> list[str]:
     """Create every GAAMA topic and its DLQ twin (idempotent); returns the names."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
@@ -220,28 +253,38 @@ async def create_topics(bootstrap: str, partitions: int, prefix: str = "",
     names = []
     for base in TOPICS:
         names += [topic_name(base, prefix), topic_name(dlq(base), prefix)]
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout * 1000))
-    await asyncio.wait_for(admin.start(), timeout)
+    admin = AIOKafkaAdminClient(
+        bootstrap_servers=bootstrap, request_timeout_ms=int(request_timeout * 1000)
+    )
+    await asyncio.wait_for(admin.start(), request_timeout)
     try:
-        existing = set(await asyncio.wait_for(admin.list_topics(), timeout))
-        wanted = [NewTopic(n, num_partitions=partitions if not n.endswith(".dlq") else 1,
-                           replication_factor=1) for n in names if n not in existing]
+        existing = set(await asyncio.wait_for(admin.list_topics(), request_timeout))
+        wanted = [
+            NewTopic(
+                n, num_partitions=partitions if not n.endswith(".dlq") else 1, replication_factor=1
+            )
+            for n in names
+            if n not in existing
+        ]
         if wanted:
             with contextlib.suppress(TopicAlreadyExistsError):
-                await asyncio.wait_for(admin.create_topics(wanted), timeout)
+                await asyncio.wait_for(admin.create_topics(wanted), request_timeout)
     finally:
         await admin.close()
     return names
 
 
-def start_stack(directory: Path, redis_port: int, kafka_port: int, partitions: int = 4,
-                topic_prefix: str = "") -> Stack:
+def start_stack(
+    directory: Path, redis_port: int, kafka_port: int, partitions: int = 4, topic_prefix: str = ""
+) -> Stack:
     """Start both servers in ``directory`` and create the topics; raise StackError on failure."""
     directory.mkdir(parents=True, exist_ok=True)
     for port, what in ((redis_port, "Redis"), (kafka_port, "the broker")):
         if not port_free(port):
-            raise StackError(f"port {port} for {what} is taken on 127.0.0.1; stop what uses it "
-                             f"or choose another with --redis-port/--kafka-port")
+            raise StackError(
+                f"port {port} for {what} is taken on 127.0.0.1; stop what uses it "
+                f"or choose another with --redis-port/--kafka-port"
+            )
     stack = Stack(directory, redis_port, kafka_port)
     try:
         stack.redis_pid = _start_redis(directory, redis_port)

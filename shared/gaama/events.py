@@ -34,7 +34,9 @@ def topic_name(base: str, prefix: str = "") -> str:
     return f"{prefix}{base}"
 
 
-Tenant = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")]
+Tenant = Annotated[
+    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+]
 Ident = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")]
 
 
@@ -88,8 +90,9 @@ class TurnReceived(Event):
         """What the speaker said, with a shared image's caption as ``[shares a photo of ...]``."""
         if not self.image_caption:
             return self.text
-        caption = re.sub(r"^(a|an)\s+(photo|picture|image)\s+of\s+", "",
-                         self.image_caption.strip(), flags=re.I)
+        caption = re.sub(
+            r"^(a|an)\s+(photo|picture|image)\s+of\s+", "", self.image_caption.strip(), flags=re.I
+        )
         return f"{self.text} [shares a photo of {caption}]"
 
 
@@ -134,14 +137,30 @@ class DeadLetter(Event):
     failed_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
 
     @classmethod
-    def of(cls, *, source_topic: str, value: bytes, reason: str, error: str, service: str,
-           key: bytes | str | None = None, partition: int | None = None,
-           offset: int | None = None) -> DeadLetter:
+    def of(
+        cls,
+        *,
+        source_topic: str,
+        value: bytes,
+        reason: str,
+        error: str,
+        service: str,
+        key: bytes | str | None = None,
+        partition: int | None = None,
+        offset: int | None = None,
+    ) -> DeadLetter:
         if isinstance(key, bytes):
             key = key.decode("utf-8", "replace")
-        return cls(source_topic=source_topic, partition=partition, offset=offset, key=key,
-                   value_b64=base64.b64encode(value).decode("ascii"), reason=reason,
-                   error=error[:2000], service=service)
+        return cls(
+            source_topic=source_topic,
+            partition=partition,
+            offset=offset,
+            key=key,
+            value_b64=base64.b64encode(value).decode("ascii"),
+            reason=reason,
+            error=error[:2000],
+            service=service,
+        )
 
     def original_value(self) -> bytes:
         return base64.b64decode(self.value_b64)

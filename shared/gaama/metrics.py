@@ -14,11 +14,30 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 LLM_BUCKETS = (0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60, 120)
 NODE_KINDS = ("episode", "fact", "concept", "reflection")
-DLQ_REASONS = ("invalid", "tenant_mismatch", "llm_output", "llm_transient", "store_unavailable",
-               "cassette_miss", "refusal", "config", "permanent", "transient", "too_large",
-               "error")
-LLM_FAILURES = ("timeout", "rate_limited", "server_error", "connection", "malformed", "refusal",
-                "cassette_miss", "other")
+DLQ_REASONS = (
+    "invalid",
+    "tenant_mismatch",
+    "llm_output",
+    "llm_transient",
+    "store_unavailable",
+    "cassette_miss",
+    "refusal",
+    "config",
+    "permanent",
+    "transient",
+    "too_large",
+    "error",
+)
+LLM_FAILURES = (
+    "timeout",
+    "rate_limited",
+    "server_error",
+    "connection",
+    "malformed",
+    "refusal",
+    "cassette_miss",
+    "other",
+)
 QUERY_MODES = ("gaama", "semantic", "ppr", "flat")
 QUERY_STAGES = ("embed", "knn", "expand", "ppr", "pack")
 
@@ -37,20 +56,36 @@ class StageMetrics:
 
 def stage_metrics(service: str, registry: CollectorRegistry) -> StageMetrics:
     m = StageMetrics(
-        consumed=Counter(f"gaama_{service}_consumed_total", "Messages consumed",
-                         registry=registry),
-        stored=Counter(f"gaama_{service}_stored_total", "Nodes written to the graph, by kind",
-                       ["kind"], registry=registry),
-        dead_lettered=Counter(f"gaama_{service}_dead_lettered_total",
-                              "Messages sent to the dead-letter topic, by reason", ["reason"],
-                              registry=registry),
-        retries=Counter(f"gaama_{service}_retries_total", "Retried attempts after transient errors",
-                        registry=registry),
-        batch_seconds=Histogram(f"gaama_{service}_batch_seconds",
-                                "Time to process one batch of messages", buckets=LATENCY_BUCKETS,
-                                registry=registry),
-        lag=Gauge(f"gaama_{service}_consumer_lag", "Messages behind the end of the topic",
-                  ["partition"], registry=registry),
+        consumed=Counter(f"gaama_{service}_consumed_total", "Messages consumed", registry=registry),
+        stored=Counter(
+            f"gaama_{service}_stored_total",
+            "Nodes written to the graph, by kind",
+            ["kind"],
+            registry=registry,
+        ),
+        dead_lettered=Counter(
+            f"gaama_{service}_dead_lettered_total",
+            "Messages sent to the dead-letter topic, by reason",
+            ["reason"],
+            registry=registry,
+        ),
+        retries=Counter(
+            f"gaama_{service}_retries_total",
+            "Retried attempts after transient errors",
+            registry=registry,
+        ),
+        batch_seconds=Histogram(
+            f"gaama_{service}_batch_seconds",
+            "Time to process one batch of messages",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        lag=Gauge(
+            f"gaama_{service}_consumer_lag",
+            "Messages behind the end of the topic",
+            ["partition"],
+            registry=registry,
+        ),
     )
     for kind in NODE_KINDS:
         m.stored.labels(kind)
@@ -67,10 +102,13 @@ class EmbedMetrics:
 
 def embed_metrics(service: str, registry: CollectorRegistry) -> EmbedMetrics:
     return EmbedMetrics(
-        seconds=Histogram(f"gaama_{service}_embedding_seconds", "Time to embed one batch",
-                          buckets=LATENCY_BUCKETS, registry=registry),
-        texts=Counter(f"gaama_{service}_embedded_texts_total", "Texts embedded",
-                      registry=registry),
+        seconds=Histogram(
+            f"gaama_{service}_embedding_seconds",
+            "Time to embed one batch",
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        texts=Counter(f"gaama_{service}_embedded_texts_total", "Texts embedded", registry=registry),
     )
 
 
@@ -84,14 +122,30 @@ class LLMMetrics:
 
 def llm_metrics(service: str, registry: CollectorRegistry) -> LLMMetrics:
     m = LLMMetrics(
-        calls=Counter(f"gaama_{service}_llm_calls_total", "LLM calls by extractor and outcome",
-                      ["extractor", "outcome"], registry=registry),
-        failures=Counter(f"gaama_{service}_llm_failures_total", "Failed LLM attempts by reason",
-                         ["reason"], registry=registry),
-        tokens=Counter(f"gaama_{service}_llm_tokens_total", "Tokens used, by direction",
-                       ["direction"], registry=registry),
-        seconds=Histogram(f"gaama_{service}_llm_seconds", "Latency of one LLM call",
-                          buckets=LLM_BUCKETS, registry=registry),
+        calls=Counter(
+            f"gaama_{service}_llm_calls_total",
+            "LLM calls by extractor and outcome",
+            ["extractor", "outcome"],
+            registry=registry,
+        ),
+        failures=Counter(
+            f"gaama_{service}_llm_failures_total",
+            "Failed LLM attempts by reason",
+            ["reason"],
+            registry=registry,
+        ),
+        tokens=Counter(
+            f"gaama_{service}_llm_tokens_total",
+            "Tokens used, by direction",
+            ["direction"],
+            registry=registry,
+        ),
+        seconds=Histogram(
+            f"gaama_{service}_llm_seconds",
+            "Latency of one LLM call",
+            buckets=LLM_BUCKETS,
+            registry=registry,
+        ),
     )
     for reason in LLM_FAILURES:
         m.failures.labels(reason)
@@ -112,19 +166,41 @@ class QueryMetrics:
 
 def query_metrics(registry: CollectorRegistry) -> QueryMetrics:
     m = QueryMetrics(
-        requests=Counter("gaama_query_requests_total", "Requests by endpoint and status",
-                         ["endpoint", "status"], registry=registry),
-        seconds=Histogram("gaama_query_seconds", "Search latency by mode", ["mode"],
-                          buckets=LATENCY_BUCKETS, registry=registry),
-        stage_seconds=Histogram("gaama_query_stage_seconds", "Search latency by stage",
-                                ["stage"], buckets=LATENCY_BUCKETS, registry=registry),
-        subgraph_nodes=Histogram("gaama_query_subgraph_nodes", "Nodes in the expanded subgraph",
-                                 buckets=(10, 50, 100, 250, 500, 1000, 2500, 5000, 10000),
-                                 registry=registry),
-        ppr_iterations=Histogram("gaama_query_ppr_iterations", "PPR power iterations",
-                                 buckets=(1, 5, 10, 20, 30, 50, 75, 100), registry=registry),
-        errors=Counter("gaama_query_errors_total", "Errors by reason", ["reason"],
-                       registry=registry),
+        requests=Counter(
+            "gaama_query_requests_total",
+            "Requests by endpoint and status",
+            ["endpoint", "status"],
+            registry=registry,
+        ),
+        seconds=Histogram(
+            "gaama_query_seconds",
+            "Search latency by mode",
+            ["mode"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        stage_seconds=Histogram(
+            "gaama_query_stage_seconds",
+            "Search latency by stage",
+            ["stage"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+        subgraph_nodes=Histogram(
+            "gaama_query_subgraph_nodes",
+            "Nodes in the expanded subgraph",
+            buckets=(10, 50, 100, 250, 500, 1000, 2500, 5000, 10000),
+            registry=registry,
+        ),
+        ppr_iterations=Histogram(
+            "gaama_query_ppr_iterations",
+            "PPR power iterations",
+            buckets=(1, 5, 10, 20, 30, 50, 75, 100),
+            registry=registry,
+        ),
+        errors=Counter(
+            "gaama_query_errors_total", "Errors by reason", ["reason"], registry=registry
+        ),
     )
     for mode in QUERY_MODES:
         m.seconds.labels(mode)
@@ -134,8 +210,12 @@ def query_metrics(registry: CollectorRegistry) -> QueryMetrics:
 
 
 def graph_size_gauge(service: str, registry: CollectorRegistry) -> Gauge:
-    g = Gauge(f"gaama_{service}_graph_nodes", "Nodes in the index, by kind (all tenants)",
-              ["kind"], registry=registry)
+    g = Gauge(
+        f"gaama_{service}_graph_nodes",
+        "Nodes in the index, by kind (all tenants)",
+        ["kind"],
+        registry=registry,
+    )
     for kind in NODE_KINDS:
         g.labels(kind)
     return g

@@ -35,9 +35,10 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+
 from gaama import metrics as gm
 from gaama.config import Settings, load_settings
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"

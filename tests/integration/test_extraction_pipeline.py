@@ -21,43 +21,72 @@ pytestmark = pytest.mark.requires_stack
 DIALOGUE = [
     ("Caroline", "I went to a LGBTQ support group yesterday and it was so powerful."),
     ("Melanie", "That's great! I painted a lake sunrise last year, painting relaxes me."),
-    ("Caroline", "I'm thinking about adopting a child. The adoption agency interviews are next month."),
+    (
+        "Caroline",
+        "I'm thinking about adopting a child. The adoption agency interviews are next month.",
+    ),
     ("Melanie", "My kids love camping. We went camping at the beach last week."),
     ("Caroline", "The support group helped me a lot with my transition."),
     ("Melanie", "Painting and pottery are my favourite hobbies; I did a pottery class."),
 ]
 
 
-async def store_turns(graph: GraphStore, embedder, tenant: str, conv: str,
-                      turns: list[tuple[str, str]], start: datetime, eos_last: bool = True
-                      ) -> list[EpisodeStored]:
+async def store_turns(
+    graph: GraphStore,
+    embedder,
+    tenant: str,
+    conv: str,
+    turns: list[tuple[str, str]],
+    start: datetime,
+    eos_last: bool = True,
+) -> list[EpisodeStored]:
     out = []
     for i, (speaker, text) in enumerate(turns):
-        t = TurnReceived(tenant=tenant, conversation=conv, turn_id=f"D1:{i + 1}", speaker=speaker,
-                         text=text, timestamp=start + timedelta(minutes=i),
-                         end_of_session=eos_last and i == len(turns) - 1)
+        t = TurnReceived(
+            tenant=tenant,
+            conversation=conv,
+            turn_id=f"D1:{i + 1}",
+            speaker=speaker,
+            text=text,
+            timestamp=start + timedelta(minutes=i),
+            end_of_session=eos_last and i == len(turns) - 1,
+        )
         [v] = await embedder.embed([t.episode_text()])
         node = episode_node(t, v.tolist())
         await graph.append_episode(node)
-        out.append(EpisodeStored(tenant=tenant, conversation=conv, episode_id=node.id,
-                                 turn_id=t.turn_id, speaker=speaker, text=node.text,
-                                 raw_text=t.said(), timestamp=t.timestamp,
-                                 end_of_session=t.end_of_session))
+        out.append(
+            EpisodeStored(
+                tenant=tenant,
+                conversation=conv,
+                episode_id=node.id,
+                turn_id=t.turn_id,
+                speaker=speaker,
+                text=node.text,
+                raw_text=t.said(),
+                timestamp=t.timestamp,
+                end_of_session=t.end_of_session,
+            )
+        )
     return out
 
 
 def pipelines(settings: Settings, graph: GraphStore, index, embedder):
     ex = OfflineExtractor()
     chunks = ChunkStore(graph.redis, graph.keys)
-    return (ExtractionPipeline(ExtractDeps(settings, graph, index, chunks, embedder, ex)),
-            ReflectionPipeline(ReflectDeps(settings, graph, index, embedder, ex)), chunks)
+    return (
+        ExtractionPipeline(ExtractDeps(settings, graph, index, chunks, embedder, ex)),
+        ReflectionPipeline(ReflectDeps(settings, graph, index, embedder, ex)),
+        chunks,
+    )
 
 
-async def test_end_of_session_closes_chunk_and_writes_all_edge_kinds(settings, graph, index,
-                                                                      embedder):
+async def test_end_of_session_closes_chunk_and_writes_all_edge_kinds(
+    settings, graph, index, embedder
+):
     extract, reflect, chunks = pipelines(settings, graph, index, embedder)
-    events = await store_turns(graph, embedder, "acme", "c1", DIALOGUE,
-                               datetime(2023, 5, 8, 13, 56, tzinfo=UTC))
+    events = await store_turns(
+        graph, embedder, "acme", "c1", DIALOGUE, datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    )
     produced = []
     for ev in events:
         produced += await extract.on_episode(ev)
@@ -82,8 +111,13 @@ async def test_end_of_session_closes_chunk_and_writes_all_edge_kinds(settings, g
     all_ids = [*ep_ids, *fx.fact_ids, *fx.concept_ids, *reflections]
     for lst in (await graph.neighbours("acme", all_ids)).values():
         kinds |= {n.kind for n in lst}
-    assert kinds == {EdgeKind.NEXT, EdgeKind.DERIVED_FROM, EdgeKind.HAS_CONCEPT,
-                     EdgeKind.ABOUT_CONCEPT, EdgeKind.DERIVED_FROM_FACT}
+    assert kinds == {
+        EdgeKind.NEXT,
+        EdgeKind.DERIVED_FROM,
+        EdgeKind.HAS_CONCEPT,
+        EdgeKind.ABOUT_CONCEPT,
+        EdgeKind.DERIVED_FROM_FACT,
+    }
 
     # Redelivering every episode event changes nothing.
     before = await graph.redis.dbsize()
@@ -95,8 +129,15 @@ async def test_end_of_session_closes_chunk_and_writes_all_edge_kinds(settings, g
 async def test_chunks_respect_word_limit_and_idle_timeout(settings, graph, index, embedder):
     s = settings.model_copy(update={"chunk_words": 40, "chunk_idle_s": 0.0})
     extract, _, chunks = pipelines(s, graph, index, embedder)
-    events = await store_turns(graph, embedder, "acme", "c2", DIALOGUE * 2,
-                               datetime(2023, 6, 1, 10, 0, tzinfo=UTC), eos_last=False)
+    events = await store_turns(
+        graph,
+        embedder,
+        "acme",
+        "c2",
+        DIALOGUE * 2,
+        datetime(2023, 6, 1, 10, 0, tzinfo=UTC),
+        eos_last=False,
+    )
     produced = []
     for ev in events:
         produced += await extract.on_episode(ev)

@@ -14,14 +14,23 @@ pytestmark = pytest.mark.requires_stack
 
 
 def episode(tenant: str, conv: str, turn: str, text: str, vec: list[float]) -> Node:
-    return Node(id=ids.episode_id(tenant, conv, turn), tenant=tenant, kind=NodeKind.EPISODE,
-                text=text, conversation=conv, turn_id=turn, vector=vec)
+    return Node(
+        id=ids.episode_id(tenant, conv, turn),
+        tenant=tenant,
+        kind=NodeKind.EPISODE,
+        text=text,
+        conversation=conv,
+        turn_id=turn,
+        vector=vec,
+    )
 
 
 async def test_append_episode_builds_next_chain_and_is_idempotent(graph: GraphStore, embedder):
     vecs = await embedder.embed(["a", "b", "c"])
-    nodes = [episode("acme", "c1", str(i), t, v.tolist())
-             for i, (t, v) in enumerate(zip("abc", vecs, strict=True))]
+    nodes = [
+        episode("acme", "c1", str(i), t, v.tolist())
+        for i, (t, v) in enumerate(zip("abc", vecs, strict=True))
+    ]
     assert [await graph.append_episode(n) for n in nodes] == [True, True, True]
     # redelivery of every turn changes nothing
     assert [await graph.append_episode(n) for n in nodes] == [False, False, False]
@@ -32,8 +41,9 @@ async def test_append_episode_builds_next_chain_and_is_idempotent(graph: GraphSt
     assert (await graph.degrees("acme", [nodes[0].id]))[nodes[0].id] == 1
 
 
-async def test_tenants_with_same_conversation_stay_apart(graph: GraphStore, index: VectorIndex,
-                                                         embedder):
+async def test_tenants_with_same_conversation_stay_apart(
+    graph: GraphStore, index: VectorIndex, embedder
+):
     [v] = await embedder.embed(["I adopted a puppy named Rex"])
     for tenant in ("t-a", "t-b"):
         await graph.append_episode(episode(tenant, "same", "1", "I adopted a puppy", v.tolist()))
@@ -50,13 +60,26 @@ async def test_write_nodes_and_edges_atomically(graph: GraphStore, index: Vector
     [ve, vf, vc] = await embedder.embed(["Ann: I love pottery", "Ann loves pottery", "pottery"])
     ep = episode(t, "c", "1", "Ann: I love pottery", ve.tolist())
     await graph.append_episode(ep)
-    fact = Node(id=ids.fact_id(t, "Ann loves pottery"), tenant=t, kind=NodeKind.FACT,
-                text="Ann loves pottery", vector=vf.tolist(), extra={"sources": ep.id})
-    concept = Node(id=ids.concept_id(t, "pottery"), tenant=t, kind=NodeKind.CONCEPT,
-                   text="pottery", vector=vc.tolist())
-    edges = [Edge(fact.id, ep.id, EdgeKind.DERIVED_FROM),
-             Edge(ep.id, concept.id, EdgeKind.HAS_CONCEPT),
-             Edge(fact.id, concept.id, EdgeKind.ABOUT_CONCEPT)]
+    fact = Node(
+        id=ids.fact_id(t, "Ann loves pottery"),
+        tenant=t,
+        kind=NodeKind.FACT,
+        text="Ann loves pottery",
+        vector=vf.tolist(),
+        extra={"sources": ep.id},
+    )
+    concept = Node(
+        id=ids.concept_id(t, "pottery"),
+        tenant=t,
+        kind=NodeKind.CONCEPT,
+        text="pottery",
+        vector=vc.tolist(),
+    )
+    edges = [
+        Edge(fact.id, ep.id, EdgeKind.DERIVED_FROM),
+        Edge(ep.id, concept.id, EdgeKind.HAS_CONCEPT),
+        Edge(fact.id, concept.id, EdgeKind.ABOUT_CONCEPT),
+    ]
     for _ in range(2):  # a repeated write is harmless
         await graph.write(t, [fact, concept], edges)
     assert (await graph.degrees(t, [concept.id]))[concept.id] == 2

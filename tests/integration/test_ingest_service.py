@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,32 +33,50 @@ KEY_A, KEY_B, KEY_OFF = "key-a", "key-b", "key-off"
 
 @pytest.fixture
 def ingest_settings(settings: Settings) -> Settings:
-    return settings.model_copy(update={"api_keys": [
-        *[__import__("gaama.config", fromlist=["ApiKey"]).ApiKey(**k) for k in
-          api_keys((KEY_A, "tenant-a"), (KEY_B, "tenant-b"), (KEY_OFF, "tenant-c"),
-                   disabled=[KEY_OFF])]]})
+    return settings.model_copy(
+        update={
+            "api_keys": [
+                *[
+                    __import__("gaama.config", fromlist=["ApiKey"]).ApiKey(**k)
+                    for k in api_keys(
+                        (KEY_A, "tenant-a"),
+                        (KEY_B, "tenant-b"),
+                        (KEY_OFF, "tenant-c"),
+                        disabled=[KEY_OFF],
+                    )
+                ]
+            ]
+        }
+    )
 
 
 @pytest.fixture
-def ingest(ingest_settings: Settings, topics: list[str], index, tmp_path: Path
-           ) -> Iterator[ServiceProcess]:
+def ingest(
+    ingest_settings: Settings, topics: list[str], index, tmp_path: Path
+) -> Iterator[ServiceProcess]:
     svc = ServiceProcess("ingest", ingest_settings, tmp_path).start()
     yield svc
     svc.stop()
 
 
 def turn(tenant: str, conv: str, i: int, text: str | None = None) -> TurnReceived:
-    return TurnReceived(tenant=tenant, conversation=conv, turn_id=f"D1:{i}", speaker="Ann",
-                        text=text or f"turn number {i} of {conv}",
-                        timestamp=f"2023-05-08T13:{i % 60:02d}:00Z")
+    return TurnReceived(
+        tenant=tenant,
+        conversation=conv,
+        turn_id=f"D1:{i}",
+        speaker="Ann",
+        text=text or f"turn number {i} of {conv}",
+        timestamp=f"2023-05-08T13:{i % 60:02d}:00Z",
+    )
 
 
 def t(settings: Settings, base: str) -> str:
     return settings.topic_prefix + base
 
 
-async def test_chain_order_redelivery_and_tenants(ingest, ingest_settings: Settings,
-                                                   graph: GraphStore):
+async def test_chain_order_redelivery_and_tenants(
+    ingest, ingest_settings: Settings, graph: GraphStore
+):
     s = ingest_settings
     convs = [f"conv-{c}" for c in range(6)]  # spread over the 4 partitions
     records = []
@@ -74,13 +93,14 @@ async def test_chain_order_redelivery_and_tenants(ingest, ingest_settings: Setti
             if len(await graph.chain("tenant-a", c)) < 12:
                 return False
         return len(await graph.chain("tenant-b", convs[0])) == 12
+
     await wait_for(chains_complete, timeout=90)
     for c in convs:
         expected = [ids.episode_id("tenant-a", c, f"D1:{i}") for i in range(12)]
         assert await graph.chain("tenant-a", c) == expected
         # NEXT edges follow the same order
         adj = await graph.neighbours("tenant-a", expected)
-        for a, b in zip(expected, expected[1:], strict=False):
+        for a, b in itertools.pairwise(expected):
             assert any(n.node == b and n.outgoing and n.kind.value == "NEXT" for n in adj[a])
     b_chain = await graph.chain("tenant-b", convs[0])
     assert set(b_chain).isdisjoint(await graph.chain("tenant-a", convs[0]))
@@ -100,8 +120,9 @@ async def test_chain_order_redelivery_and_tenants(ingest, ingest_settings: Setti
     assert 'gaama_ingest_stored_total{kind="episode"} 84.0' in metrics
 
 
-async def test_poison_messages_reach_dlq_with_reason(ingest, ingest_settings: Settings,
-                                                     graph: GraphStore):
+async def test_poison_messages_reach_dlq_with_reason(
+    ingest, ingest_settings: Settings, graph: GraphStore
+):
     s = ingest_settings
     good = [turn("tenant-a", "c", i) for i in range(3)]
     bad_body = turn("tenant-a", "c", 99)
@@ -134,8 +155,13 @@ async def _chain_len(graph: GraphStore, tenant: str, conv: str, n: int) -> list[
 
 async def test_http_turns_validation_and_auth(ingest, graph: GraphStore):
     url = f"{ingest.url}/v1/turns"
-    ok = {"conversation": "web", "turn_id": "1", "speaker": "Ann", "text": "hello there",
-          "timestamp": "2023-05-08T13:56:00Z"}
+    ok = {
+        "conversation": "web",
+        "turn_id": "1",
+        "speaker": "Ann",
+        "text": "hello there",
+        "timestamp": "2023-05-08T13:56:00Z",
+    }
     h = {"X-API-Key": KEY_A}
     r = httpx.post(url, json=ok)
     assert r.status_code == 401 and "missing API key" in r.json()["error"]

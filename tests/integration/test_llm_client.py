@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client import CollectorRegistry
+
 from gaama.config import Settings
 from gaama.errors import CassetteMiss, ConfigError, LLMOutputError, LLMTransientError
 from gaama.extract.types import (
@@ -32,8 +34,6 @@ from gaama.llm.extractor import (
     validate_reflections,
 )
 from gaama.metrics import LLMMetrics, llm_metrics
-from prometheus_client import CollectorRegistry
-
 from tests.fakes.openai_server import (
     FakeOpenAIServer,
     good,

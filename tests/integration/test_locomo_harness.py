@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tqdm import tqdm
+
 from gaama.bench import locomo
 from gaama.bench.locomo_data import load_locomo, parse_samples, parse_session_time
 from gaama.config import Settings
@@ -22,8 +24,6 @@ from gaama.extract.offline import OfflineExtractor
 from gaama.llm.client import LLMClient
 from gaama.llm.extractor import LLMExtractor
 from gaama.store.chunks import ChunkStore
-from tqdm import tqdm
-
 from tests.fakes.openai_server import FakeOpenAIServer
 
 pytestmark = pytest.mark.requires_stack

@@ -40,16 +40,26 @@ def session(tenant: str, conv: str, day: int, n_sessions: int = 1) -> list[TurnR
     for s in range(n_sessions):
         start = datetime(2023, 5, day + 7 * s, 13, 0, tzinfo=UTC)
         for i, (speaker, text) in enumerate(TURNS):
-            out.append(TurnReceived(tenant=tenant, conversation=conv, turn_id=f"D{s + 1}:{i + 1}",
-                                    speaker=speaker, text=text,
-                                    timestamp=start + timedelta(minutes=i),
-                                    end_of_session=i == len(TURNS) - 1))
+            out.append(
+                TurnReceived(
+                    tenant=tenant,
+                    conversation=conv,
+                    turn_id=f"D{s + 1}:{i + 1}",
+                    speaker=speaker,
+                    text=text,
+                    timestamp=start + timedelta(minutes=i),
+                    end_of_session=i == len(TURNS) - 1,
+                )
+            )
     return out
 
 
 async def send(settings: Settings, turns: list[TurnReceived]) -> None:
-    await produce(settings.kafka_bootstrap, settings.topic_prefix + TOPIC_TURNS,
-                  [(conversation_key(t.tenant, t.conversation), encode(t)) for t in turns])
+    await produce(
+        settings.kafka_bootstrap,
+        settings.topic_prefix + TOPIC_TURNS,
+        [(conversation_key(t.tenant, t.conversation), encode(t)) for t in turns],
+    )
 
 
 async def graph_summary(graph: GraphStore, tenant: str, conv: str) -> dict:
@@ -61,8 +71,14 @@ async def graph_summary(graph: GraphStore, tenant: str, conv: str) -> dict:
     refl = {n.node for lst in fadj.values() for n in lst if n.kind is EdgeKind.DERIVED_FROM_FACT}
     kinds = {n.kind for d in (adj, fadj) for lst in d.values() for n in lst}
     marked = await graph.get_nodes(tenant, chain)
-    return {"episodes": chain, "facts": facts, "concepts": concepts, "reflections": refl,
-            "edge_kinds": kinds, "extracted": sum("chunk" in n.extra for n in marked.values())}
+    return {
+        "episodes": chain,
+        "facts": facts,
+        "concepts": concepts,
+        "reflections": refl,
+        "edge_kinds": kinds,
+        "extracted": sum("chunk" in n.extra for n in marked.values()),
+    }
 
 
 @pytest.fixture
@@ -83,12 +99,18 @@ async def test_offline_pipeline_end_to_end_with_provenance(settings, services, g
         async def complete():
             s = await graph_summary(graph, "acme", "conv-1")
             return s if s["extracted"] == len(turns) and s["reflections"] else None
+
         summary = await wait_for(complete, timeout=120)
     finally:
         extract.stop()
         reflect.stop()
-    assert summary["edge_kinds"] == {EdgeKind.NEXT, EdgeKind.DERIVED_FROM, EdgeKind.HAS_CONCEPT,
-                                     EdgeKind.ABOUT_CONCEPT, EdgeKind.DERIVED_FROM_FACT}
+    assert summary["edge_kinds"] == {
+        EdgeKind.NEXT,
+        EdgeKind.DERIVED_FROM,
+        EdgeKind.HAS_CONCEPT,
+        EdgeKind.ABOUT_CONCEPT,
+        EdgeKind.DERIVED_FROM_FACT,
+    }
     turn_of = {ids.episode_id("acme", "conv-1", t.turn_id): t for t in turns}
     assert summary["episodes"] == list(turn_of)
     facts = await graph.get_nodes("acme", list(summary["facts"]))
@@ -108,12 +130,15 @@ async def test_offline_pipeline_end_to_end_with_provenance(settings, services, g
     assert "7 May 2023" in texts  # "yesterday" on 8 May 2023
 
 
-async def test_llm_pipeline_survives_bad_answers_and_a_sigkill(settings, services, graph,
-                                                               tmp_path):
+async def test_llm_pipeline_survives_bad_answers_and_a_sigkill(settings, services, graph, tmp_path):
     with FakeOpenAIServer() as llm:
-        env = {"GAAMA_LLM_BASE_URL": llm.base_url, "GAAMA_LLM_MODEL": "fake-model",
-               "GAAMA_LLM_API_KEY": "sk-test", "GAAMA_LLM_TIMEOUT_S": "2",
-               "GAAMA_LLM_MAX_RETRIES": "4"}
+        env = {
+            "GAAMA_LLM_BASE_URL": llm.base_url,
+            "GAAMA_LLM_MODEL": "fake-model",
+            "GAAMA_LLM_API_KEY": "sk-test",
+            "GAAMA_LLM_TIMEOUT_S": "2",
+            "GAAMA_LLM_MAX_RETRIES": "4",
+        }
         # The first extraction call hangs: the worker is killed in the middle of the chunk.
         llm.script(slow(60))
         reflect = ServiceProcess("reflect", settings, tmp_path, **env).start()
@@ -128,13 +153,14 @@ async def test_llm_pipeline_survives_bad_answers_and_a_sigkill(settings, service
 
         # After the restart the LLM misbehaves in every way before answering well.
         llm.reset()
-        llm.script(malformed(), status(429, retry_after=0.1), status(500), truncated(),
-                   slow(5))
+        llm.script(malformed(), status(429, retry_after=0.1), status(500), truncated(), slow(5))
         extract = ServiceProcess("extract", settings, tmp_path, **env).start()
         try:
+
             async def complete():
                 s = await graph_summary(graph, "acme", "conv-k")
                 return s if s["extracted"] == len(turns) and s["reflections"] else None
+
             summary = await wait_for(complete, timeout=180)
             metrics = httpx.get(f"{extract.url}/metrics").text
         finally:

@@ -10,6 +10,8 @@ from typing import Any
 import httpx
 import pytest
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
+
 from gaama.client import AsyncGaamaClient, GaamaAPIError, GaamaClient
 from gaama.config import ApiKey, Settings, hash_api_key
 from gaama.embed import MiniLMEmbedder
@@ -18,8 +20,6 @@ from gaama.retrieval.search import Retriever
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
-from prometheus_client import CollectorRegistry
-
 from services.query.app import create_app
 from services.query.handlers import QueryDeps
 from services.query.main import answerer_factory

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+
 from gaama.config import Settings, load_settings
 from gaama.embed import MiniLMEmbedder
 from gaama.errors import ValidationError

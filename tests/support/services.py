@@ -24,20 +24,24 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def service_env(settings: Settings, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
-    env.update({
-        "GAAMA_REDIS_URL": settings.redis_url,
-        "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-        "GAAMA_KEY_PREFIX": settings.key_prefix,
-        "GAAMA_INDEX_NAME": settings.index_name,
-        "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
-        "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
-        "GAAMA_MAX_RETRIES": str(settings.max_retries),
-        "GAAMA_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
-        "GAAMA_CHUNK_IDLE_S": str(settings.chunk_idle_s),
-        "GAAMA_CHUNK_LOCK_S": str(settings.chunk_lock_s or 5),
-        "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "GAAMA_REDIS_URL": settings.redis_url,
+            "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+            "GAAMA_KEY_PREFIX": settings.key_prefix,
+            "GAAMA_INDEX_NAME": settings.index_name,
+            "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
+            "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
+            "GAAMA_MAX_RETRIES": str(settings.max_retries),
+            "GAAMA_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
+            "GAAMA_CHUNK_IDLE_S": str(settings.chunk_idle_s),
+            "GAAMA_CHUNK_LOCK_S": str(settings.chunk_lock_s or 5),
+            "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra)
     return env
 
@@ -63,9 +67,14 @@ class ServiceProcess:
 
     def start(self, timeout: float = 90) -> ServiceProcess:
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", f"services.{self.name}.main"],
-                                     cwd=ROOT, env=self.env, stdout=log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", f"services.{self.name}.main"],
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -109,11 +118,16 @@ async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, 
         await producer.stop()
 
 
-async def read_topic(bootstrap: str, topic: str, expect: int, timeout: float = 60
-                     ) -> list[tuple[bytes | None, bytes]]:
+async def read_topic(
+    bootstrap: str, topic: str, expect: int, timeout: float = 60
+) -> list[tuple[bytes | None, bytes]]:
     """Read a topic from the start (no consumer group) until ``expect`` records or timeout."""
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False,
-                                auto_offset_reset="earliest", group_id=None)
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        auto_offset_reset="earliest",
+        group_id=None,
+    )
     await consumer.start()
     out: list[tuple[bytes | None, bytes]] = []
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+
 from gaama.extract.dates import format_day, has_absolute_date, resolve_relative_dates
 
 # Monday, 8 May 2023 (LoCoMo conv-26, session 1).

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gaama.retrieval.ppr import personalized_pagerank, transition_matrix
 from scipy import sparse
+
+from gaama.retrieval.ppr import personalized_pagerank, transition_matrix
 
 LEAVES = 60  # hub degree 60 > 50
 

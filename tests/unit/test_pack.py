@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from gaama.model import NodeKind
 from gaama.retrieval.pack import (
     Caps,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from scipy import sparse
+
 from gaama.model import EdgeKind
 from gaama.retrieval.ppr import (
     edge_weight,
@@ -11,7 +13,6 @@ from gaama.retrieval.ppr import (
     symmetric_adjacency,
     transition_matrix,
 )
-from scipy import sparse
 
 
 def dense_reference(

@@ -139,7 +139,8 @@ class SyntheticGraph:
         topics = _unit(self.rng.standard_normal((max(n_concepts // 20, 4), dim)))
         self.concept_vecs = _unit(topics[self.rng.integers(0, len(topics), n_concepts)]
                                   + 0.8 * _unit(self.rng.standard_normal((n_concepts, dim))))
-        self.concept_ids = [ids.concept_id(tenant, lab) for lab in self._labels(n_concepts)]
+        self.concept_labels = self._labels(n_concepts)
+        self.concept_ids = [ids.concept_id(tenant, lab) for lab in self.concept_labels]
 
     def _labels(self, n: int) -> list[str]:
         seen: set[str] = set()
@@ -168,7 +169,7 @@ class SyntheticGraph:
         batch = Batch()
         for i, cid in enumerate(self.concept_ids):
             batch.nodes.append(Node(id=cid, tenant=t, kind=NodeKind.CONCEPT,
-                                    text=cid and self._concept_text(i), time=_EPOCH))
+                                    text=self.concept_labels[i], time=_EPOCH))
             batch.vectors.append(self.concept_vecs[i])
             if len(batch.nodes) >= self.batch_nodes:
                 yield batch
@@ -201,9 +202,6 @@ class SyntheticGraph:
         self.stats.concept_degree_max = int(deg.max()) if deg.size else 0
         self.stats.concept_degree_p50 = float(np.median(deg)) if deg.size else 0.0
         self.stats.hubs_over_50 = int((deg > HUB_DEGREE).sum())
-
-    def _concept_text(self, i: int) -> str:
-        return self.concept_ids and _label_text(i, self)
 
     def _conversation(self, batch: Batch, conv: str, conv_no: int, n: int, n_facts: int,
                       n_refl: int) -> None:
@@ -252,8 +250,8 @@ class SyntheticGraph:
             concepts = list(dict.fromkeys(c for s in src for c in ep_concepts[s].tolist()))
             about = concepts[: int(rng.integers(1, 3))]
             speaker = speakers[int(rng.integers(2))]
-            when = batch_time = start + (first // TURNS) * 7 * _DAY
-            day = datetime.fromtimestamp(batch_time, UTC).strftime("%-d %B %Y")
+            when = start + (first // TURNS) * 7 * _DAY
+            day = datetime.fromtimestamp(when, UTC).strftime("%-d %B %Y")
             text = (f"{speaker} {self._pick(_VERBS)} {self._pick(_OBJECTS)} "
                     f"{self._pick(_PLACES)} on {day} ({conv}, fact {j}).")
             fid = ids.fact_id(t, text)
@@ -288,11 +286,6 @@ class SyntheticGraph:
     def _edge(self, batch: Batch, src: str, dst: str, kind: EdgeKind) -> None:
         batch.edges.append(Edge(src, dst, kind))
         self.stats.edges[kind.value] = self.stats.edges.get(kind.value, 0) + 1
-
-
-def _label_text(i: int, g: SyntheticGraph) -> str:
-    # The label itself is the text of a concept node (as the extractor stores it).
-    return g.concept_labels[i] if hasattr(g, "concept_labels") else ""
 
 
 def query_texts(n: int, seed: int = 1) -> list[str]:

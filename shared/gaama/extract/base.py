@@ -26,5 +26,5 @@ class Extractor(Protocol):
     async def reflect(
         self, facts: list[ReflectionInput], existing: list[str]
     ) -> list[ReflectionDraft]:
-        """Insights that combine several of ``facts``; ``existing`` are reflection texts to avoid."""
+        """Insights combining several of ``facts``; ``existing`` are reflections to avoid."""
         ...

@@ -12,16 +12,19 @@ from gaama.metrics import LLMMetrics
 log = logging.getLogger("gaama.extract")
 
 
-def build_extractor(settings: Settings, metrics: LLMMetrics | None = None
-                    ) -> tuple[Extractor, Any]:
+def build_extractor(settings: Settings, metrics: LLMMetrics | None = None) -> tuple[Extractor, Any]:
     """The extractor and the resource to close with it (an LLM client, or None)."""
     if settings.llm_enabled:
         from gaama.llm.client import LLMClient
         from gaama.llm.extractor import LLMExtractor
 
         client = LLMClient(settings, metrics=metrics)
-        log.info("extractor: LLM %s at %s (cassette %s)", settings.llm_model,
-                 settings.llm_base_url, settings.llm_cassette_mode)
+        log.info(
+            "extractor: LLM %s at %s (cassette %s)",
+            settings.llm_model,
+            settings.llm_base_url,
+            settings.llm_cassette_mode,
+        )
         return LLMExtractor(client), client
     from gaama.extract.offline import OfflineExtractor
 

@@ -70,16 +70,20 @@ class ExtractionPipeline:
         words = max(1, word_count(ev.raw_text))
         n, open_words = await self.d.chunks.size(t, conv)
         if n and open_words + words > self.s.chunk_words:
-            if (done := await self.close(t, conv, "full")) is not None:
-                out.append(done)
+            # this turn would overflow the open chunk: close it first, never split a turn
+            out += await self._close_all(t, conv, "full")
         res = await self.d.chunks.append(t, conv, ev.episode_id, words, self._now())
         if res.already_extracted:
             return out
-        if ev.end_of_session or res.words >= self.s.chunk_words:
-            if (done := await self.close(t, conv, "end_of_session" if ev.end_of_session
-                                         else "full")) is not None:
-                out.append(done)
+        if ev.end_of_session:
+            out += await self._close_all(t, conv, "end_of_session")
+        elif res.words >= self.s.chunk_words:
+            out += await self._close_all(t, conv, "full")
         return out
+
+    async def _close_all(self, tenant: str, conversation: str, why: str) -> list[FactsExtracted]:
+        done = await self.close(tenant, conversation, why)
+        return [] if done is None else [done]
 
     async def close_idle(self) -> list[FactsExtracted]:
         out = []
@@ -109,9 +113,16 @@ class ExtractionPipeline:
     async def _load_chunk(self, tenant: str, episode_ids: list[str]) -> list[EpisodeView]:
         nodes = await self.d.graph.get_nodes(tenant, episode_ids)
         return [
-            EpisodeView(id=i, speaker=n.speaker, raw_text=n.extra.get("raw", n.text), text=n.text,
-                        timestamp=datetime.fromtimestamp(n.time, tz=UTC), turn_id=n.turn_id)
-            for i in episode_ids if (n := nodes.get(i)) is not None
+            EpisodeView(
+                id=i,
+                speaker=n.speaker,
+                raw_text=n.extra.get("raw", n.text),
+                text=n.text,
+                timestamp=datetime.fromtimestamp(n.time, tz=UTC),
+                turn_id=n.turn_id,
+            )
+            for i in episode_ids
+            if (n := nodes.get(i)) is not None
         ]
 
     async def _context(self, tenant: str, chunk: list[EpisodeView]) -> ExtractionContext:
@@ -120,35 +131,51 @@ class ExtractionPipeline:
         if not np.any(centre):
             return ExtractionContext()
         in_chunk = {e.id for e in chunk}
-        hits = await self.d.index.knn(tenant, centre, self.s.context_episodes + len(chunk),
-                                      kinds=[NodeKind.EPISODE])
+        hits = await self.d.index.knn(
+            tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
+        )
         older = [h.id for h in hits if h.id not in in_chunk][: self.s.context_episodes]
         nodes = await self.d.graph.get_nodes(tenant, older)
         adj = await self.d.graph.neighbours(tenant, older)
-        fact_ids = list(dict.fromkeys(
-            nb.node for i in older for nb in adj.get(i, ())
-            if nb.kind is EdgeKind.DERIVED_FROM and not nb.outgoing))
+        fact_ids = list(
+            dict.fromkeys(
+                nb.node
+                for i in older
+                for nb in adj.get(i, ())
+                if nb.kind is EdgeKind.DERIVED_FROM and not nb.outgoing
+            )
+        )
         facts = await self.d.graph.get_nodes(tenant, fact_ids)
-        concepts = await self.d.index.knn(tenant, centre, self.s.context_concepts,
-                                          kinds=[NodeKind.CONCEPT])
+        concepts = await self.d.index.knn(
+            tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]
+        )
         concept_nodes = await self.d.graph.get_nodes(tenant, [c.id for c in concepts])
         budget = self.s.context_words
         ctx_eps, ctx_facts = [], []
         for i in older:  # most similar first; stop at the word cap
             if (n := nodes.get(i)) is None or (budget := budget - word_count(n.text)) < 0:
                 break
-            ctx_eps.append(EpisodeView(id=i, speaker=n.speaker, raw_text=n.extra.get("raw", ""),
-                                       text=n.text, turn_id=n.turn_id,
-                                       timestamp=datetime.fromtimestamp(n.time, tz=UTC)))
+            ctx_eps.append(
+                EpisodeView(
+                    id=i,
+                    speaker=n.speaker,
+                    raw_text=n.extra.get("raw", ""),
+                    text=n.text,
+                    turn_id=n.turn_id,
+                    timestamp=datetime.fromtimestamp(n.time, tz=UTC),
+                )
+            )
         for fid in fact_ids:
             if (f := facts.get(fid)) is None or (budget := budget - word_count(f.text)) < 0:
                 break
             ctx_facts.append(ContextFact(fid, f.text))
-        return ExtractionContext(episodes=ctx_eps, facts=ctx_facts,
-                                 concepts=[n.text for n in concept_nodes.values()])
+        return ExtractionContext(
+            episodes=ctx_eps, facts=ctx_facts, concepts=[n.text for n in concept_nodes.values()]
+        )
 
-    async def _canonical_concepts(self, tenant: str, labels: list[str]
-                                  ) -> tuple[dict[str, str], dict[str, Node]]:
+    async def _canonical_concepts(
+        self, tenant: str, labels: list[str]
+    ) -> tuple[dict[str, str], dict[str, Node]]:
         """Map each raw label to its canonical label; new concept nodes (with vectors) by label.
 
         Reuse order: the same label (same id), an existing concept whose embedding is within
@@ -168,8 +195,11 @@ class ExtractionPipeline:
                 continue
             hits = await self.d.index.knn(tenant, vec, 5, kinds=[NodeKind.CONCEPT])
             near = await self.d.graph.get_nodes(tenant, [h.id for h in hits])
-            if hits and hits[0].similarity >= self.s.concept_merge_similarity \
-                    and hits[0].id in near:
+            if (
+                hits
+                and hits[0].similarity >= self.s.concept_merge_similarity
+                and hits[0].id in near
+            ):
                 mapping[label] = near[hits[0].id].text
                 continue
             candidates = [n.text for n in near.values()] + list(new)
@@ -178,12 +208,18 @@ class ExtractionPipeline:
                 mapping[label] = chosen
                 continue
             mapping[label] = label
-            new[label] = Node(id=ids.concept_id(tenant, label), tenant=tenant,
-                              kind=NodeKind.CONCEPT, text=label, vector=vec.tolist())
+            new[label] = Node(
+                id=ids.concept_id(tenant, label),
+                tenant=tenant,
+                kind=NodeKind.CONCEPT,
+                text=label,
+                vector=vec.tolist(),
+            )
         return mapping, new
 
-    async def _extract(self, tenant: str, conversation: str, episode_ids: list[str],
-                       why: str) -> FactsExtracted:
+    async def _extract(
+        self, tenant: str, conversation: str, episode_ids: list[str], why: str
+    ) -> FactsExtracted:
         chunk = await self._load_chunk(tenant, episode_ids)
         context = await self._context(tenant, chunk)
         started = time.perf_counter()
@@ -204,37 +240,66 @@ class ExtractionPipeline:
         edges: list[Edge] = []
         for eid, labels in result.episode_concepts.items():
             if eid in chunk_ids:
-                edges += [Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT)
-                          for lab in dict.fromkeys(labels)]
+                edges += [
+                    Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(labels)
+                ]
         fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await self._facts(
-            tenant, conversation, result.facts, chunk_ids, by_id)
+            tenant, conversation, result.facts, chunk_ids, by_id
+        )
         for draft, fid in zip(result.facts, all_fact_ids, strict=True):
             if fid is None:
                 continue
-            edges += [Edge(fid, src, EdgeKind.DERIVED_FROM)
-                      for src in dict.fromkeys(draft.source_episode_ids) if src in chunk_ids]
-            edges += [Edge(fid, cid[lab], EdgeKind.ABOUT_CONCEPT)
-                      for lab in dict.fromkeys(draft.concepts)]
+            edges += [
+                Edge(fid, src, EdgeKind.DERIVED_FROM)
+                for src in dict.fromkeys(draft.source_episode_ids)
+                if src in chunk_ids
+            ]
+            edges += [
+                Edge(fid, cid[lab], EdgeKind.ABOUT_CONCEPT) for lab in dict.fromkeys(draft.concepts)
+            ]
         chunk_id = ids.chunk_id(tenant, conversation, episode_ids[0], episode_ids[-1])
         words = sum(max(1, word_count(e.raw_text)) for e in chunk)
         # episodes whose node vanished still leave the chunk
-        close = self.d.chunks.close_ops(tenant, conversation, len(episode_ids), words, chunk_id,
-                                        [e.id for e in chunk])
-        await self.d.graph.write(tenant, [*fact_nodes, *new_concepts.values()], edges,
-                                 node_fields=fact_fields, also=[close])
+        close = self.d.chunks.close_ops(
+            tenant, conversation, len(episode_ids), words, chunk_id, [e.id for e in chunk]
+        )
+        await self.d.graph.write(
+            tenant,
+            [*fact_nodes, *new_concepts.values()],
+            edges,
+            node_fields=fact_fields,
+            also=[close],
+        )
         await self.d.chunks.forget_if_empty(tenant, conversation)
         fact_ids = list(dict.fromkeys(f for f in all_fact_ids if f is not None))
-        log.info("chunk %s (%s, %d episodes, %s): %d facts (%d new), %d new concepts",
-                 chunk_id, why, len(chunk), self.d.extractor.name, len(fact_ids),
-                 len(new_fact_ids), len(new_concepts))
-        return FactsExtracted(tenant=tenant, conversation=conversation, chunk_id=chunk_id,
-                              fact_ids=fact_ids, new_fact_ids=new_fact_ids,
-                              concept_ids=list(dict.fromkeys(cid.values())),
-                              extractor=self.d.extractor.name)
+        log.info(
+            "chunk %s (%s, %d episodes, %s): %d facts (%d new), %d new concepts",
+            chunk_id,
+            why,
+            len(chunk),
+            self.d.extractor.name,
+            len(fact_ids),
+            len(new_fact_ids),
+            len(new_concepts),
+        )
+        return FactsExtracted(
+            tenant=tenant,
+            conversation=conversation,
+            chunk_id=chunk_id,
+            fact_ids=fact_ids,
+            new_fact_ids=new_fact_ids,
+            concept_ids=list(dict.fromkeys(cid.values())),
+            extractor=self.d.extractor.name,
+        )
 
-    async def _facts(self, tenant: str, conversation: str, drafts: list[FactDraft],
-                     chunk_ids: set[str], by_id: dict[str, EpisodeView]
-                     ) -> tuple[list[Node], dict[str, dict[str, str]], list[str | None], list[str]]:
+    async def _facts(
+        self,
+        tenant: str,
+        conversation: str,
+        drafts: list[FactDraft],
+        chunk_ids: set[str],
+        by_id: dict[str, EpisodeView],
+    ) -> tuple[list[Node], dict[str, dict[str, str]], list[str | None], list[str]]:
         """Dedupe facts: same text → same id; a near-duplicate of the same tenant and subject
         (cosine ≥ fact_dedupe_similarity) → the existing fact, which gains the new sources."""
         if not drafts:
@@ -251,8 +316,9 @@ class ExtractionPipeline:
                 continue
             fid = ids.fact_id(tenant, draft.text)
             if fid not in nodes and not await self.d.graph.exists(tenant, fid):
-                hits = await self.d.index.knn(tenant, vec, 1, kinds=[NodeKind.FACT],
-                                              subject=draft.subject or None)
+                hits = await self.d.index.knn(
+                    tenant, vec, 1, kinds=[NodeKind.FACT], subject=draft.subject or None
+                )
                 if hits and hits[0].similarity >= self.s.fact_dedupe_similarity:
                     fid = hits[0].id
             if fid in nodes:  # same fact twice in this chunk
@@ -265,10 +331,18 @@ class ExtractionPipeline:
                 fields[fid] = {"sources": ",".join(dict.fromkeys(prev + sources))}
             else:
                 times = [by_id[s].timestamp.timestamp() for s in sources]
-                nodes[fid] = Node(id=fid, tenant=tenant, kind=NodeKind.FACT, text=draft.text,
-                                  time=max(times), conversation=conversation,
-                                  subject=draft.subject, belief=draft.belief,
-                                  vector=vec.tolist(), extra={"sources": ",".join(sources)})
+                nodes[fid] = Node(
+                    id=fid,
+                    tenant=tenant,
+                    kind=NodeKind.FACT,
+                    text=draft.text,
+                    time=max(times),
+                    conversation=conversation,
+                    subject=draft.subject,
+                    belief=draft.belief,
+                    vector=vec.tolist(),
+                    extra={"sources": ",".join(sources)},
+                )
                 new_ids.append(fid)
             resolved.append(fid)
         return list(nodes.values()), fields, resolved, new_ids

@@ -59,15 +59,23 @@ class ReflectionPipeline:
         vecs = await self.d.graph.vectors(t, order, dim)
         # facts sharing a concept with a new fact
         adj = await self.d.graph.neighbours(t, order)
-        concept_ids = list(dict.fromkeys(nb.node for i in order for nb in adj[i]
-                                         if nb.kind is EdgeKind.ABOUT_CONCEPT))
+        concept_ids = list(
+            dict.fromkeys(
+                nb.node for i in order for nb in adj[i] if nb.kind is EdgeKind.ABOUT_CONCEPT
+            )
+        )
         cadj = await self.d.graph.neighbours(t, concept_ids)
-        shared = [nb.node for c in concept_ids for nb in cadj[c]
-                  if nb.kind is EdgeKind.ABOUT_CONCEPT and not nb.outgoing]
+        shared = [
+            nb.node
+            for c in concept_ids
+            for nb in cadj[c]
+            if nb.kind is EdgeKind.ABOUT_CONCEPT and not nb.outgoing
+        ]
         similar: list[str] = []
         for v in vecs:
-            similar += [h.id for h in await self.d.index.knn(t, v, RELATED_PER_FACT,
-                                                             kinds=[NodeKind.FACT])]
+            similar += [
+                h.id for h in await self.d.index.knn(t, v, RELATED_PER_FACT, kinds=[NodeKind.FACT])
+            ]
         candidates = list(dict.fromkeys([*order, *shared, *similar]))
         nodes = await self.d.graph.get_nodes(t, candidates)
         cadj_by_fact = await self.d.graph.neighbours(t, list(nodes))
@@ -80,15 +88,21 @@ class ReflectionPipeline:
             budget -= word_count(n.text)
             if budget < 0:
                 break
-            labels = tuple(concept_nodes[nb.node].text for nb in cadj_by_fact.get(fid, ())
-                           if nb.kind is EdgeKind.ABOUT_CONCEPT and nb.node in concept_nodes)
-            inputs.append(ReflectionInput(id=fid, text=n.text, concepts=labels,
-                                          subject=n.subject))
+            labels = tuple(
+                concept_nodes[nb.node].text
+                for nb in cadj_by_fact.get(fid, ())
+                if nb.kind is EdgeKind.ABOUT_CONCEPT and nb.node in concept_nodes
+            )
+            inputs.append(ReflectionInput(id=fid, text=n.text, concepts=labels, subject=n.subject))
         centre = vecs.mean(axis=0)
-        near = await self.d.index.knn(t, centre, 10, kinds=[NodeKind.REFLECTION]) \
-            if np.any(centre) else []
-        existing = [n.text for n in (await self.d.graph.get_nodes(t, [h.id for h in near]))
-                    .values()]
+        near = (
+            await self.d.index.knn(t, centre, 10, kinds=[NodeKind.REFLECTION])
+            if np.any(centre)
+            else []
+        )
+        existing = [
+            n.text for n in (await self.d.graph.get_nodes(t, [h.id for h in near])).values()
+        ]
         drafts = await self.d.extractor.reflect(inputs, existing)
         given = {i.id for i in inputs}
         drafts = [d for d in drafts if len(set(d.fact_ids) & given) >= 2 and d.text.strip()]
@@ -103,16 +117,32 @@ class ReflectionPipeline:
                 hits = await self.d.index.knn(t, v, 1, kinds=[NodeKind.REFLECTION])
                 if hits and hits[0].similarity >= self.s.reflection_dedupe_similarity:
                     continue
-                if any(float(np.dot(v, np.asarray(w.vector))) >=
-                       self.s.reflection_dedupe_similarity for w in written):
+                if any(
+                    float(np.dot(v, np.asarray(w.vector))) >= self.s.reflection_dedupe_similarity
+                    for w in written
+                ):
                     continue
                 facts = [f for f in dict.fromkeys(d.fact_ids) if f in given]
                 times = [nodes[f].time for f in facts if f in nodes]
-                written.append(Node(id=rid, tenant=t, kind=NodeKind.REFLECTION, text=d.text,
-                                    time=max(times or [0.0]), conversation=ev.conversation,
-                                    subject=d.subject, vector=v.tolist()))
+                written.append(
+                    Node(
+                        id=rid,
+                        tenant=t,
+                        kind=NodeKind.REFLECTION,
+                        text=d.text,
+                        time=max(times or [0.0]),
+                        conversation=ev.conversation,
+                        subject=d.subject,
+                        vector=v.tolist(),
+                    )
+                )
                 edges += [Edge(rid, f, EdgeKind.DERIVED_FROM_FACT) for f in facts]
         await self.d.graph.write(t, written, edges, set_state={mark: "1"})
-        log.info("chunk %s: %d reflections from %d facts (%s)", ev.chunk_id, len(written),
-                 len(inputs), self.d.extractor.name)
+        log.info(
+            "chunk %s: %d reflections from %d facts (%s)",
+            ev.chunk_id,
+            len(written),
+            len(inputs),
+            self.d.extractor.name,
+        )
         return [w.id for w in written]

@@ -36,6 +36,10 @@ return 0
 """
 
 
+def _s(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 @dataclass(frozen=True, slots=True)
 class AppendResult:
     added: bool
@@ -52,8 +56,10 @@ class ChunkStore:
         self._unlock = redis.register_script(_UNLOCK)
 
     def _k(self, tenant: str, conversation: str) -> tuple[str, str]:
-        return (self.keys.state(tenant, "chunk", conversation),
-                self.keys.state(tenant, "chunkmeta", conversation))
+        return (
+            self.keys.state(tenant, "chunk", conversation),
+            self.keys.state(tenant, "chunkmeta", conversation),
+        )
 
     def _open(self, tenant: str) -> str:
         return self.keys.state(tenant, "open-chunks")
@@ -62,12 +68,14 @@ class ChunkStore:
     def _tenants(self) -> str:
         return f"{self.keys.prefix}:open-chunk-tenants"
 
-    async def append(self, tenant: str, conversation: str, episode_id: str, words: int,
-                     now: float) -> AppendResult:
+    async def append(
+        self, tenant: str, conversation: str, episode_id: str, words: int, now: float
+    ) -> AppendResult:
         lst, meta = self._k(tenant, conversation)
         n, w = await self._append(
             keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
-            args=[episode_id, words, repr(now), conversation])
+            args=[episode_id, words, repr(now), conversation],
+        )
         if n > 0:
             # A cross-tenant hint for the idle timer; outside the script because it lives in
             # no tenant's cluster slot. Stale entries are pruned by idle().
@@ -88,10 +96,17 @@ class ChunkStore:
 
     async def episodes(self, tenant: str, conversation: str) -> list[str]:
         lst, _ = self._k(tenant, conversation)
-        return [i.decode() for i in await self.redis.lrange(lst, 0, -1)]
+        return [_s(i) for i in await self.redis.lrange(lst, 0, -1)]
 
-    def close_ops(self, tenant: str, conversation: str, n_episodes: int, words: int,
-                  chunk_id: str, episode_ids: list[str]) -> Any:
+    def close_ops(
+        self,
+        tenant: str,
+        conversation: str,
+        n_episodes: int,
+        words: int,
+        chunk_id: str,
+        episode_ids: list[str],
+    ) -> Any:
         """Commands that remove the first ``n_episodes`` from the open chunk and mark them
         extracted; queued by the caller into the MULTI/EXEC that writes the graph."""
         lst, meta = self._k(tenant, conversation)
@@ -101,6 +116,7 @@ class ChunkStore:
             pipe.hincrby(meta, "words", -words)
             for eid in episode_ids:
                 pipe.hset(self.keys.node(tenant, eid), "chunk", chunk_id)
+
         return ops
 
     async def forget_if_empty(self, tenant: str, conversation: str) -> None:
@@ -115,20 +131,21 @@ class ChunkStore:
         """(tenant, conversation) pairs whose open chunk was last touched before ``older_than``."""
         out: list[tuple[str, str]] = []
         for t in await self.redis.smembers(self._tenants):
-            tenant = t.decode()
-            convs = await self.redis.zrangebyscore(self._open(tenant), "-inf", older_than,
-                                                   start=0, num=limit)
+            tenant = _s(t)
+            convs = await self.redis.zrangebyscore(
+                self._open(tenant), "-inf", older_than, start=0, num=limit
+            )
             if not convs and not await self.redis.zcard(self._open(tenant)):
                 await self.redis.srem(self._tenants, tenant)
-            out += [(tenant, c.decode()) for c in convs]
+            out += [(tenant, _s(c)) for c in convs]
         return out[:limit]
 
     async def lock(self, tenant: str, conversation: str, ttl_s: float) -> str | None:
         token = secrets.token_hex(8)
-        ok = await self.redis.set(self.keys.state(tenant, "chunklock", conversation), token,
-                                  nx=True, px=int(ttl_s * 1000))
+        ok = await self.redis.set(
+            self.keys.state(tenant, "chunklock", conversation), token, nx=True, px=int(ttl_s * 1000)
+        )
         return token if ok else None
 
     async def unlock(self, tenant: str, conversation: str, token: str) -> None:
-        await self._unlock(keys=[self.keys.state(tenant, "chunklock", conversation)],
-                           args=[token])
+        await self._unlock(keys=[self.keys.state(tenant, "chunklock", conversation)], args=[token])

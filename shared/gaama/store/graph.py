@@ -24,8 +24,16 @@ from gaama.store.keys import Keys
 VECTOR_FIELD = "embedding"
 #: Stored weight of a NEXT edge (its type weight, 0.8, is applied at retrieval).
 NEXT_STORED_WEIGHT = "1"
-_TEXT_FIELDS = ("kind", "tenant", "text", "conversation", "subject", "turn_id", "speaker",
-                "sources")
+_TEXT_FIELDS = (
+    "kind",
+    "tenant",
+    "text",
+    "conversation",
+    "subject",
+    "turn_id",
+    "speaker",
+    "sources",
+)
 
 # KEYS: node, chain, tail, adj(new); ARGV: id, adj-key prefix, weight, then field/value pairs.
 # Returns 1 when the episode was appended, 0 when it already existed (a redelivery).
@@ -56,9 +64,15 @@ def _vector_bytes(vector: Sequence[float] | np.ndarray) -> bytes:
 def node_mapping(node: Node) -> dict[str, Any]:
     """The hash fields of a node, vector included when it has one."""
     m: dict[str, Any] = {
-        "kind": node.kind.value, "tenant": node.tenant, "text": node.text,
-        "conversation": node.conversation, "subject": node.subject, "turn_id": node.turn_id,
-        "speaker": node.speaker, "time": repr(float(node.time)), "belief": repr(node.belief),
+        "kind": node.kind.value,
+        "tenant": node.tenant,
+        "text": node.text,
+        "conversation": node.conversation,
+        "subject": node.subject,
+        "turn_id": node.turn_id,
+        "speaker": node.speaker,
+        "time": repr(float(node.time)),
+        "belief": repr(node.belief),
     }
     for k, v in node.extra.items():
         m[k] = v
@@ -68,21 +82,36 @@ def node_mapping(node: Node) -> dict[str, Any]:
 
 
 def _node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
-    get = lambda f: h.get(f.encode(), b"").decode("utf-8", "replace")  # noqa: E731
-    extra = {k.decode(): v.decode("utf-8", "replace") for k, v in h.items()
-             if k.decode() not in {*_TEXT_FIELDS, "time", "belief", VECTOR_FIELD}}
+    def get(f: str) -> str:
+        return h.get(f.encode(), b"").decode("utf-8", "replace")
+
+    extra = {
+        k.decode(): v.decode("utf-8", "replace")
+        for k, v in h.items()
+        if k.decode() not in {*_TEXT_FIELDS, "time", "belief", VECTOR_FIELD}
+    }
     if sources := get("sources"):
         extra["sources"] = sources
-    return Node(id=node_id, tenant=tenant, kind=NodeKind(get("kind")), text=get("text"),
-                time=float(get("time") or 0), conversation=get("conversation"),
-                subject=get("subject"), turn_id=get("turn_id"), speaker=get("speaker"),
-                belief=float(get("belief") or 1), extra=extra)
+    return Node(
+        id=node_id,
+        tenant=tenant,
+        kind=NodeKind(get("kind")),
+        text=get("text"),
+        time=float(get("time") or 0),
+        conversation=get("conversation"),
+        subject=get("subject"),
+        turn_id=get("turn_id"),
+        speaker=get("speaker"),
+        belief=float(get("belief") or 1),
+        extra=extra,
+    )
 
 
 def _parse_adj(value: bytes, node: str) -> Neighbour:
     kind, direction, weight = value.decode().split("|")
-    return Neighbour(node=node, kind=EdgeKind(kind), outgoing=direction == "o",
-                     weight=float(weight))
+    return Neighbour(
+        node=node, kind=EdgeKind(kind), outgoing=direction == "o", weight=float(weight)
+    )
 
 
 class GraphStore:
@@ -105,19 +134,29 @@ class GraphStore:
         args: list[Any] = [node.id, self.keys.adj_prefix(t), NEXT_STORED_WEIGHT]
         for k, v in node_mapping(node).items():
             args += [k, v]
-        keys = [self.keys.node(t, node.id), self.keys.chain(t, conv), self.keys.tail(t, conv),
-                self.keys.adj(t, node.id)]
+        keys = [
+            self.keys.node(t, node.id),
+            self.keys.chain(t, conv),
+            self.keys.tail(t, conv),
+            self.keys.adj(t, node.id),
+        ]
         try:
             created = await self._append(keys=keys, args=args)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return bool(created)
 
-    async def write(self, tenant: str, nodes: Iterable[Node] = (), edges: Iterable[Edge] = (),
-                    *, set_state: Mapping[str, str | bytes] | None = None,
-                    delete_state: Iterable[str] = (),
-                    node_fields: Mapping[str, Mapping[str, str]] | None = None,
-                    also: Iterable[Callable[[Any], None]] = ()) -> None:
+    async def write(
+        self,
+        tenant: str,
+        nodes: Iterable[Node] = (),
+        edges: Iterable[Edge] = (),
+        *,
+        set_state: Mapping[str, str | bytes] | None = None,
+        delete_state: Iterable[str] = (),
+        node_fields: Mapping[str, Mapping[str, str]] | None = None,
+        also: Iterable[Callable[[Any], None]] = (),
+    ) -> None:
         """Upsert nodes and edges, and change pipeline state, in one MULTI/EXEC transaction.
 
         ``node_fields`` sets fields on existing nodes; ``also`` are callbacks queuing further
@@ -127,7 +166,7 @@ class GraphStore:
         for n in nodes:
             if n.tenant != tenant:
                 raise ValidationError(f"node {n.id} belongs to tenant {n.tenant!r}, not {tenant!r}")
-            pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))
+            pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))  # type: ignore[arg-type]
         for e in edges:
             self._check_edge(e)
             w = f"{e.weight:.6g}"
@@ -139,7 +178,7 @@ class GraphStore:
             pipe.delete(self.keys.state(tenant, name))
         for node_id, fields in (node_fields or {}).items():
             if fields:
-                pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))
+                pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))  # type: ignore[arg-type]
         for queue in also:
             queue(pipe)
         try:
@@ -152,8 +191,10 @@ class GraphStore:
         want = EDGE_ENDPOINTS[e.kind]
         got = (kind_of(e.src), kind_of(e.dst))
         if got != want:
-            raise ValidationError(f"{e.kind.value} edge must go {want[0]}→{want[1]}, "
-                                  f"got {got[0]}→{got[1]} ({e.src}→{e.dst})")
+            raise ValidationError(
+                f"{e.kind.value} edge must go {want[0]}→{want[1]}, "
+                f"got {got[0]}→{got[1]} ({e.src}→{e.dst})"
+            )
 
     # --- reads -----------------------------------------------------------------------------
     async def get_nodes(self, tenant: str, ids: Sequence[str]) -> dict[str, Node]:
@@ -166,8 +207,9 @@ class GraphStore:
         rows = await self._run(pipe)
         return {i: _node_from_hash(tenant, i, h) for i, h in zip(ids, rows, strict=True) if h}
 
-    async def get_fields(self, tenant: str, ids: Sequence[str],
-                         fields: Sequence[str]) -> dict[str, list[bytes | None]]:
+    async def get_fields(
+        self, tenant: str, ids: Sequence[str], fields: Sequence[str]
+    ) -> dict[str, list[bytes | None]]:
         pipe = self.redis.pipeline(transaction=False)
         for i in ids:
             pipe.hmget(self.keys.node(tenant, i), list(fields))
@@ -221,11 +263,11 @@ class GraphStore:
     async def chain(self, tenant: str, conversation: str) -> list[str]:
         """Episode ids of a conversation in NEXT order."""
         ids = await self.redis.zrange(self.keys.chain(tenant, conversation), 0, -1)
-        return [i.decode() for i in ids]
+        return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
     async def get_state(self, tenant: str, name: str) -> bytes | None:
-        value: bytes | None = await self.redis.get(self.keys.state(tenant, name))
-        return value
+        value = await self.redis.get(self.keys.state(tenant, name))
+        return value.encode() if isinstance(value, str) else value
 
     async def delete_tenant(self, tenant: str) -> int:
         """Remove every key of ``tenant`` (right to erasure; tests and benchmarks)."""

@@ -43,8 +43,10 @@ class Keys:
         return f"{self.prefix}:state:{{{tenant}}}:" + ":".join(name)
 
     def tenant_patterns(self, tenant: str) -> list[str]:
-        return [f"{self.prefix}:{kind}:{{{tenant}}}:*"
-                for kind in ("node", "adj", "chain", "tail", "state")]
+        return [
+            f"{self.prefix}:{kind}:{{{tenant}}}:*"
+            for kind in ("node", "adj", "chain", "tail", "state")
+        ]
 
     def id_from_node_key(self, key: str) -> str:
         return key.rsplit(":", 1)[1]

@@ -35,32 +35,54 @@ class Hit:
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
-    return IndexSchema.from_dict({
-        "index": {"name": name, "prefix": keys.node_prefix, "storage_type": "hash",
-                  "key_separator": ":"},
-        "fields": [
-            {"name": "tenant", "type": "tag"},
-            {"name": "kind", "type": "tag"},
-            {"name": "conversation", "type": "tag"},
-            {"name": "subject", "type": "tag"},
-            {"name": "time", "type": "numeric"},
-            {"name": VECTOR_FIELD, "type": "vector", "attrs": {
-                "algorithm": "hnsw", "dims": dim, "distance_metric": "cosine",
-                "datatype": "float32", "m": 16, "ef_construction": 200}},
-        ],
-    })
+    return IndexSchema.from_dict(
+        {
+            "index": {
+                "name": name,
+                "prefix": keys.node_prefix,
+                "storage_type": "hash",
+                "key_separator": ":",
+            },
+            "fields": [
+                {"name": "tenant", "type": "tag"},
+                {"name": "kind", "type": "tag"},
+                {"name": "conversation", "type": "tag"},
+                {"name": "subject", "type": "tag"},
+                {"name": "time", "type": "numeric"},
+                {
+                    "name": VECTOR_FIELD,
+                    "type": "vector",
+                    "attrs": {
+                        "algorithm": "hnsw",
+                        "dims": dim,
+                        "distance_metric": "cosine",
+                        "datatype": "float32",
+                        "m": 16,
+                        "ef_construction": 200,
+                    },
+                },
+            ],
+        }
+    )
 
 
 class VectorIndex:
-    def __init__(self, redis: aioredis.Redis, name: str, dim: int, keys: Keys | None = None,
-                 ef_runtime: int = 100) -> None:
+    def __init__(
+        self,
+        redis: aioredis.Redis,
+        name: str,
+        dim: int,
+        keys: Keys | None = None,
+        ef_runtime: int = 100,
+    ) -> None:
         self.keys = keys or Keys()
         self.dim = dim
         self.name = name
         self.ef_runtime = ef_runtime
         self.redis = redis
-        self._index = AsyncSearchIndex(index_schema(name, self.keys, dim), redis_client=redis,
-                                       owns_client=False)
+        self._index = AsyncSearchIndex(
+            index_schema(name, self.keys, dim), redis_client=redis, owns_client=False
+        )
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension."""
@@ -68,14 +90,15 @@ class VectorIndex:
             if not await self._index.exists():
                 await self._index.create(overwrite=False)
                 return
-            info = await self.redis.execute_command("FT.INFO", self.name)
+            info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         found = _dim_from_info(info)
         if found is not None and found != self.dim:
             raise DimensionMismatch(
                 f"index {self.name!r} holds {found}-d vectors but the embedder gives {self.dim}-d;"
-                f" set GAAMA_INDEX_NAME to a new index or use the matching embedder")
+                f" set GAAMA_INDEX_NAME to a new index or use the matching embedder"
+            )
 
     async def ready(self) -> bool:
         try:
@@ -83,9 +106,16 @@ class VectorIndex:
         except (RedisConnectionError, RedisTimeoutError, OSError):
             return False
 
-    async def knn(self, tenant: str, vector: Sequence[float] | np.ndarray, k: int, *,
-                  kinds: Sequence[NodeKind] | None = None, conversation: str | None = None,
-                  subject: str | None = None) -> list[Hit]:
+    async def knn(
+        self,
+        tenant: str,
+        vector: Sequence[float] | np.ndarray,
+        k: int,
+        *,
+        kinds: Sequence[NodeKind] | None = None,
+        conversation: str | None = None,
+        subject: str | None = None,
+    ) -> list[Hit]:
         """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first."""
         flt: FilterExpression = Tag("tenant") == tenant
         if kinds:
@@ -94,16 +124,26 @@ class VectorIndex:
             flt = flt & (Tag("conversation") == conversation)
         if subject:
             flt = flt & (Tag("subject") == subject)
-        q = VectorQuery(vector=np.asarray(vector, dtype=np.float32).tobytes(),
-                        vector_field_name=VECTOR_FIELD, return_fields=["kind"],
-                        filter_expression=flt, num_results=k,
-                        ef_runtime=max(self.ef_runtime, k))
+        q = VectorQuery(
+            vector=np.asarray(vector, dtype=np.float32).tobytes(),
+            vector_field_name=VECTOR_FIELD,
+            return_fields=["kind"],
+            filter_expression=flt,
+            num_results=k,
+            ef_runtime=max(self.ef_runtime, k),
+        )
         try:
             rows: list[dict[str, Any]] = await self._index.query(q)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        return [Hit(id=self.keys.id_from_node_key(r["id"]), kind=NodeKind(r["kind"]),
-                    similarity=1.0 - float(r["vector_distance"])) for r in rows]
+        return [
+            Hit(
+                id=self.keys.id_from_node_key(r["id"]),
+                kind=NodeKind(r["kind"]),
+                similarity=1.0 - float(r["vector_distance"]),
+            )
+            for r in rows
+        ]
 
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
@@ -113,7 +153,9 @@ class VectorIndex:
             if tenant:
                 q += f" @tenant:{{{_escape(tenant)}}}"
             try:
-                res = await self.redis.execute_command("FT.SEARCH", self.name, q, "LIMIT", 0, 0)
+                res = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                    "FT.SEARCH", self.name, q, "LIMIT", 0, 0
+                )
             except ResponseError:
                 res = [0]
             total = res.get(b"total_results", 0) if isinstance(res, dict) else res[0]
@@ -130,11 +172,14 @@ def _escape(value: str) -> str:
 
 def _dim_from_info(info: Any) -> int | None:
     """Find DIM in FT.INFO's nested reply without caring about RESP details."""
+
     def walk(x: Any) -> int | None:
         if isinstance(x, list | tuple):
             for i, item in enumerate(x):
-                if isinstance(item, bytes | str) and str(
-                        item.decode() if isinstance(item, bytes) else item).lower() == "dim":
+                if (
+                    isinstance(item, bytes | str)
+                    and str(item.decode() if isinstance(item, bytes) else item).lower() == "dim"
+                ):
                     try:
                         return int(x[i + 1])
                     except (IndexError, ValueError, TypeError):
@@ -145,4 +190,5 @@ def _dim_from_info(info: Any) -> int | None:
         if isinstance(x, dict):
             return walk([v for kv in x.items() for v in kv])
         return None
+
     return walk(info)
