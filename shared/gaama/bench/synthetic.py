@@ -300,3 +300,20 @@ def query_texts(n: int, seed: int = 1) -> list[str]:
              "How did {s} feel after {o}?")
     return [pick(forms).format(s=pick(_SPEAKERS), v=pick(_VERBS), o=pick(_OBJECTS),
                                p=pick(_PLACES), t=pick(_TOPIC_WORDS)) for _ in range(n)]
+
+
+def turn_texts(n: int, seed: int = 2) -> list[str]:
+    """What speakers say in the ingest benchmark: sentences of the graph's vocabulary."""
+    rng = np.random.default_rng(seed)
+
+    def pick(words: tuple[str, ...]) -> str:
+        return words[int(rng.integers(len(words)))]
+
+    return [f"{pick(_OPENERS)} {pick(_VERBS)} {pick(_OBJECTS)} {pick(_PLACES)} {pick(_TAILS)}"
+            for _ in range(n)]
+
+
+def speakers(conversation_no: int) -> tuple[str, str]:
+    """The two speakers of a conversation."""
+    return (_SPEAKERS[(2 * conversation_no) % len(_SPEAKERS)],
+            _SPEAKERS[(2 * conversation_no + 1) % len(_SPEAKERS)])
