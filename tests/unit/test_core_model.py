@@ -67,33 +67,45 @@ def test_edge_weight_must_be_in_unit_interval():
 
 
 def turn(**kw):
-    base = {"tenant": "acme", "conversation": "c1", "turn_id": "D1:3", "speaker": "Caroline",
-            "text": "I went to a support group yesterday.", "timestamp": "2023-05-08T13:56:00Z"}
+    base = {
+        "tenant": "acme",
+        "conversation": "c1",
+        "turn_id": "D1:3",
+        "speaker": "Caroline",
+        "text": "I went to a support group yesterday.",
+        "timestamp": "2023-05-08T13:56:00Z",
+    }
     return {**base, **kw}
 
 
 def test_turn_round_trip_and_episode_text():
     t = TurnReceived.model_validate(turn(image_caption="a photo of a red bowl"))
     assert decode(TurnReceived, encode(t)) == t
-    assert t.episode_text() == ("[1:56 PM on 8 May, 2023] Caroline: I went to a support group "
-                                "yesterday. [shares a photo of a red bowl]")
+    assert t.episode_text() == (
+        "[1:56 PM on 8 May, 2023] Caroline: I went to a support group "
+        "yesterday. [shares a photo of a red bowl]"
+    )
 
 
-@pytest.mark.parametrize(("bad", "message"), [
-    ({"text": "   "}, "text"),
-    ({"timestamp": "last tuesday"}, "not an ISO 8601 timestamp"),
-    ({"tenant": "a b"}, "tenant"),
-    ({"conversation": "x/y"}, "conversation"),
-    ({"extra": 1}, "extra: Extra inputs are not permitted"),
-])
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        ({"text": "   "}, "text"),
+        ({"timestamp": "last tuesday"}, "not an ISO 8601 timestamp"),
+        ({"tenant": "a b"}, "tenant"),
+        ({"conversation": "x/y"}, "conversation"),
+        ({"extra": 1}, "extra: Extra inputs are not permitted"),
+    ],
+)
 def test_turn_validation_names_the_field(bad, message):
     with pytest.raises(ValidationError, match=message):
         decode(TurnReceived, json.dumps(turn(**bad)))
 
 
 def test_naive_and_epoch_timestamps_become_utc():
-    assert TurnReceived.model_validate(turn(timestamp="2023-05-08T13:56:00")).timestamp == \
-        datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+    assert TurnReceived.model_validate(turn(timestamp="2023-05-08T13:56:00")).timestamp == datetime(
+        2023, 5, 8, 13, 56, tzinfo=UTC
+    )
     assert TurnReceived.model_validate(turn(timestamp=0)).timestamp.year == 1970
 
 
@@ -101,16 +113,31 @@ def test_every_topic_has_a_contract_and_a_dlq_twin():
     assert dlq(TOPIC_TURNS) == "gaama.turns.v1.dlq"
     examples = {
         TOPIC_TURNS: TurnReceived.model_validate(turn()),
-        TOPIC_EPISODES: EpisodeStored(tenant="acme", conversation="c1", episode_id="ep_1",
-                                      turn_id="D1:3", speaker="C", text="[t] C: hi",
-                                      raw_text="hi", timestamp=datetime(2023, 5, 8, tzinfo=UTC)),
-        TOPIC_FACTS: FactsExtracted(tenant="acme", conversation="c1", chunk_id="ch_1",
-                                    fact_ids=["fa_1"]),
+        TOPIC_EPISODES: EpisodeStored(
+            tenant="acme",
+            conversation="c1",
+            episode_id="ep_1",
+            turn_id="D1:3",
+            speaker="C",
+            text="[t] C: hi",
+            raw_text="hi",
+            timestamp=datetime(2023, 5, 8, tzinfo=UTC),
+        ),
+        TOPIC_FACTS: FactsExtracted(
+            tenant="acme", conversation="c1", chunk_id="ch_1", fact_ids=["fa_1"]
+        ),
     }
     for event in examples.values():
         assert decode(type(event), encode(event)) == event
-    letter = DeadLetter.of(source_topic=TOPIC_TURNS, value=b"\xff{bad", reason="invalid",
-                           error="not JSON", service="ingest", key=b"acme/c1", offset=7)
+    letter = DeadLetter.of(
+        source_topic=TOPIC_TURNS,
+        value=b"\xff{bad",
+        reason="invalid",
+        error="not JSON",
+        service="ingest",
+        key=b"acme/c1",
+        offset=7,
+    )
     back = decode(DeadLetter, encode(letter))
     assert back.original_value() == b"\xff{bad" and back.key == "acme/c1"
 
@@ -135,8 +162,12 @@ def test_settings_defaults_are_the_papers(monkeypatch):
         if k.startswith("GAAMA_"):
             monkeypatch.delenv(k)
     s = load_settings()
-    assert (s.retrieval.seeds, s.retrieval.alpha, s.retrieval.w_ppr, s.retrieval.w_sim) == \
-        (40, 0.6, 0.1, 1.0)
+    assert (s.retrieval.seeds, s.retrieval.alpha, s.retrieval.w_ppr, s.retrieval.w_sim) == (
+        40,
+        0.6,
+        0.1,
+        1.0,
+    )
     assert (s.chunk_words, s.retrieval.budget_words, s.retrieval.hub_degree) == (500, 1000, 50)
     assert not s.llm_enabled
 
@@ -156,8 +187,9 @@ def test_bad_settings_name_the_variable(monkeypatch):
 
 
 def test_api_keys_are_stored_hashed(monkeypatch):
-    monkeypatch.setenv("GAAMA_API_KEYS", json.dumps(
-        [{"key_sha256": hash_api_key("secret"), "tenant": "acme"}]))
+    monkeypatch.setenv(
+        "GAAMA_API_KEYS", json.dumps([{"key_sha256": hash_api_key("secret"), "tenant": "acme"}])
+    )
     s = load_settings()
     assert s.tenant_for_key("secret").tenant == "acme"
     assert s.tenant_for_key("other") is None

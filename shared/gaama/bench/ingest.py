@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from redis.exceptions import RedisError
 from tqdm import tqdm
 
 from gaama.bench import bench_subparsers
@@ -219,7 +220,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
         graph = GraphStore(client, keys)
         for tenant in {c.tenant for c in [*warm, *convs]}:
             await graph.delete_tenant(tenant)
-        with contextlib.suppress(Exception):  # noqa: BLE001 - best-effort clean-up
+        with contextlib.suppress(RedisError):  # best-effort clean-up
             await VectorIndex(client, settings.index_name, settings.embed_dim, keys).drop()
         await client.aclose()
     embed_s = after.get("embed_s", 0.0) - before.get("embed_s", 0.0)

