@@ -31,7 +31,7 @@ def test_server_that_exits_at_start_shows_its_log(tmp_path: Path):
     log.write_text("FATAL: cannot load module\n")
     proc = subprocess.Popen(["true"])
     proc.wait()
-    with pytest.raises(devstack.StackError, match="(?s)exited at start.*cannot load module"):
+    with pytest.raises(devstack.StackError, match=r"(?s)exited at start.*cannot load module"):
         devstack._wait_redis(devstack.free_port(), proc.pid, log, timeout=5)
 
 
