@@ -44,7 +44,8 @@ class RetrievalSettings(BaseModel):
     cap_facts: int = Field(60, ge=0, le=1000)
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)
-    max_expanded: int = Field(4000, ge=10, le=100000)
+    # Bounds the subgraph (and latency); 500 lost no LoCoMo recall against 4000 (docs/benchmarks.md)
+    max_expanded: int = Field(500, ge=10, le=100000)
 
 
 class Settings(BaseSettings):

@@ -78,9 +78,16 @@ def _turns(convs: list[Conv], n: int, base: float) -> list[TurnReceived]:
     for i, text in enumerate(texts):
         c = convs[i % len(convs)]
         k = i // len(convs)
-        out.append(TurnReceived(
-            tenant=c.tenant, conversation=c.name, turn_id=f"D1:{k + 1}",
-            speaker=speakers(c.number)[k % 2], text=text, timestamp=base + 60.0 * k))
+        out.append(
+            TurnReceived(
+                tenant=c.tenant,
+                conversation=c.name,
+                turn_id=f"D1:{k + 1}",
+                speaker=speakers(c.number)[k % 2],
+                text=text,
+                timestamp=base + 60.0 * k,
+            )
+        )
     return out
 
 
@@ -88,14 +95,18 @@ async def produce(bootstrap: str, topic: str, turns: list[TurnReceived]) -> floa
     """Send every turn (acks=all); seconds until the broker has them all."""
     from aiokafka import AIOKafkaProducer
 
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5,
-                                request_timeout_ms=30000)
+    producer = AIOKafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=5, request_timeout_ms=30000
+    )
     await producer.start()
     started = time.perf_counter()
     try:
-        futures = [await producer.send(topic, value=encode(t),
-                                       key=conversation_key(t.tenant, t.conversation))
-                   for t in turns]
+        futures = [
+            await producer.send(
+                topic, value=encode(t), key=conversation_key(t.tenant, t.conversation)
+            )
+            for t in turns
+        ]
         await producer.flush()
         await asyncio.gather(*futures)
     finally:
@@ -111,8 +122,9 @@ async def stored(redis: aioredis.Redis, keys: Keys, convs: list[Conv]) -> int:
     return sum(int(x) for x in await pipe.execute())
 
 
-async def wait_stored(redis: aioredis.Redis, keys: Keys, convs: list[Conv], expect: int,
-                      progress: bool, desc: str) -> None:
+async def wait_stored(
+    redis: aioredis.Redis, keys: Keys, convs: list[Conv], expect: int, progress: bool, desc: str
+) -> None:
     bar = tqdm(total=expect, desc=desc, unit="turn", disable=not progress)
     last, last_change = 0, time.monotonic()
     try:
@@ -124,8 +136,9 @@ async def wait_stored(redis: aioredis.Redis, keys: Keys, convs: list[Conv], expe
             if n >= expect:
                 return
             if time.monotonic() - last_change > STALL_TIMEOUT_S:
-                raise ConfigError(f"ingest stalled at {n}/{expect} episodes for "
-                                  f"{STALL_TIMEOUT_S:.0f} s")
+                raise ConfigError(
+                    f"ingest stalled at {n}/{expect} episodes for {STALL_TIMEOUT_S:.0f} s"
+                )
             await asyncio.sleep(0.05)
     finally:
         bar.close()
@@ -180,9 +193,13 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
 
     run_id = uuid.uuid4().hex[:6]
     prefix = f"gbench{run_id}"
-    settings: Settings = load_settings(redis_url=redis_url, kafka_bootstrap=bootstrap,
-                                       key_prefix=prefix, index_name=f"{prefix}-idx",
-                                       topic_prefix=f"{prefix}.")
+    settings: Settings = load_settings(
+        redis_url=redis_url,
+        kafka_bootstrap=bootstrap,
+        key_prefix=prefix,
+        index_name=f"{prefix}-idx",
+        topic_prefix=f"{prefix}.",
+    )
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)
@@ -190,8 +207,11 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))
     service = Service("ingest", settings, log_dir)
     warm = [Conv("bench-warm", "warm", 0)]
-    convs = [Conv(f"bench-t{t}", f"conv-{c}", t * opts.conversations + c)
-             for t in range(opts.tenants) for c in range(opts.conversations)]
+    convs = [
+        Conv(f"bench-t{t}", f"conv-{c}", t * opts.conversations + c)
+        for t in range(opts.tenants)
+        for c in range(opts.conversations)
+    ]
     base = datetime(2024, 3, 1, tzinfo=UTC).timestamp()
     try:
         await service.start()
@@ -201,10 +221,10 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
         turns = _turns(convs, opts.turns, base)
         before = await scrape(service.url)
         started = time.perf_counter()
-        produce_task = asyncio.create_task(
-            produce(settings.kafka_bootstrap_servers, topic, turns))
-        await wait_stored(client, keys, convs, opts.turns, opts.progress,
-                          f"ingest {opts.turns:,} turns")
+        produce_task = asyncio.create_task(produce(settings.kafka_bootstrap_servers, topic, turns))
+        await wait_stored(
+            client, keys, convs, opts.turns, opts.progress, f"ingest {opts.turns:,} turns"
+        )
         wall = time.perf_counter() - started
         produce_s = await produce_task
         after = await scrape(service.url)
@@ -228,9 +248,12 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     batches = after.get("batches", 0.0) - before.get("batches", 0.0)
     batch_p50 = histogram_quantile(0.5, before["batch_buckets"], after["batch_buckets"])
     return {
-        "turns": opts.turns, "tenants": opts.tenants,
-        "conversations": len(convs), "partitions": settings.topic_partitions,
-        "seconds": round(wall, 3), "turns_per_s": round(opts.turns / wall, 1),
+        "turns": opts.turns,
+        "tenants": opts.tenants,
+        "conversations": len(convs),
+        "partitions": settings.topic_partitions,
+        "seconds": round(wall, 3),
+        "turns_per_s": round(opts.turns / wall, 1),
         "produce_seconds": round(produce_s, 3),
         "embedding_seconds": round(embed_s, 3),
         "embedding_share": round(embed_s / wall, 3) if wall else 0.0,
@@ -239,8 +262,11 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
         "batches": int(batches),
         "mean_batch_turns": round(opts.turns / batches, 1) if batches else 0.0,
         "batch_p50_ms": round(batch_p50 * 1000.0, 1),
-        "batch_mean_ms": round((after.get("batch_s", 0.0) - before.get("batch_s", 0.0))
-                               / batches * 1000.0, 1) if batches else 0.0,
+        "batch_mean_ms": round(
+            (after.get("batch_s", 0.0) - before.get("batch_s", 0.0)) / batches * 1000.0, 1
+        )
+        if batches
+        else 0.0,
         "chains_in_order": in_order,
         "ceiling_texts_per_s": CEILING_TEXTS_PER_S,
         "share_of_ceiling": round(opts.turns / wall / CEILING_TEXTS_PER_S, 2),
@@ -252,29 +278,32 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
 
 def docs_section(doc: dict[str, Any]) -> str:
     m = doc["machine"]
-    return "\n".join([
-        "## Ingest throughput (through the broker)",
-        "",
-        f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}): "
-        f"{doc['turns']:,} turns over {doc['tenants']} tenants / {doc['conversations']} "
-        f"conversations produced with aiokafka to the turns topic ({doc['partitions']} "
-        "partitions), consumed by one ingest service process (embedding with MiniLM, atomic "
-        "episode + NEXT write); timed from the first send until every episode is in Redis.",
-        "",
-        "| turns | wall s | turns/s | embedding share | embed texts/s | batches | "
-        "turns/batch | batch p50 ms | batch mean ms | chains in order |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
-        f"| {doc['turns']:,} | {doc['seconds']:.1f} | {doc['turns_per_s']:.1f} | "
-        f"{doc['embedding_share']:.0%} | {doc['embed_texts_per_s']:.0f} | {doc['batches']} | "
-        f"{doc['mean_batch_turns']:.1f} | {doc['batch_p50_ms']:.0f} | {doc['batch_mean_ms']:.0f} | "
-        f"{'yes' if doc['chains_in_order'] else '**no**'} |",
-        "",
-        f"Ceiling: MiniLM batch encode ≈ {doc['ceiling_texts_per_s']:.0f} texts/s here "
-        f"(ARCHITECTURE.md §4); end to end reaches {doc['share_of_ceiling']:.0%} of it. "
-        "Batch p50 is interpolated from the service's `gaama_ingest_batch_seconds` histogram "
-        "buckets.",
-        *(["", *doc["notes"]] if doc.get("notes") else []),
-    ])
+    return "\n".join(
+        [
+            "## Ingest throughput (through the broker)",
+            "",
+            f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}): "
+            f"{doc['turns']:,} turns over {doc['tenants']} tenants / {doc['conversations']} "
+            f"conversations produced with aiokafka to the turns topic ({doc['partitions']} "
+            "partitions), consumed by one ingest service process (embedding with MiniLM, atomic "
+            "episode + NEXT write); timed from the first send until every episode is in Redis.",
+            "",
+            "| turns | wall s | turns/s | embedding share | embed texts/s | batches | "
+            "turns/batch | batch p50 ms | batch mean ms | chains in order |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            f"| {doc['turns']:,} | {doc['seconds']:.1f} | {doc['turns_per_s']:.1f} | "
+            f"{doc['embedding_share']:.0%} | {doc['embed_texts_per_s']:.0f} | {doc['batches']} | "
+            f"{doc['mean_batch_turns']:.1f} | {doc['batch_p50_ms']:.0f} | "
+            f"{doc['batch_mean_ms']:.0f} | "
+            f"{'yes' if doc['chains_in_order'] else '**no**'} |",
+            "",
+            f"Ceiling: MiniLM batch encode ≈ {doc['ceiling_texts_per_s']:.0f} texts/s here "
+            f"(ARCHITECTURE.md §4); end to end reaches {doc['share_of_ceiling']:.0%} of it. "
+            "Batch p50 is interpolated from the service's `gaama_ingest_batch_seconds` histogram "
+            "buckets.",
+            *(["", *doc["notes"]] if doc.get("notes") else []),
+        ]
+    )
 
 
 def main(opts: Options) -> dict[str, Any]:
@@ -308,14 +337,22 @@ def command_line(args: argparse.Namespace) -> str:
 
 def _cli(args: argparse.Namespace) -> int:
     if args.turns < 1 or args.tenants < 1 or args.conversations < 1:
-        print("gaama bench ingest: --turns, --tenants and --conversations must be ≥ 1",
-              file=sys.stderr)
+        print(
+            "gaama bench ingest: --turns, --tenants and --conversations must be ≥ 1",
+            file=sys.stderr,
+        )
         return 2
-    opts = Options(turns=args.turns, tenants=args.tenants, conversations=args.conversations,
-                   redis_url=args.redis_url, kafka_bootstrap=args.kafka_bootstrap,
-                   json_path=Path(args.json) if args.json else None,
-                   docs=Path(args.docs) if args.write_docs else None,
-                   progress=not args.no_progress, command=command_line(args))
+    opts = Options(
+        turns=args.turns,
+        tenants=args.tenants,
+        conversations=args.conversations,
+        redis_url=args.redis_url,
+        kafka_bootstrap=args.kafka_bootstrap,
+        json_path=Path(args.json) if args.json else None,
+        docs=Path(args.docs) if args.write_docs else None,
+        progress=not args.no_progress,
+        command=command_line(args),
+    )
     try:
         main(opts)
     except ConfigError as exc:
@@ -327,16 +364,20 @@ def _cli(args: argparse.Namespace) -> int:
 def register(sub: SubParsers) -> None:
     """Add ``ingest`` under the shared ``bench`` command."""
     p = bench_subparsers(sub).add_parser(
-        "ingest", help="end-to-end ingest throughput through the broker",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        "ingest",
+        help="end-to-end ingest throughput through the broker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--turns", type=int, default=2000, help="turns to produce (default 2000)")
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--conversations", type=int, default=5, help="conversations per tenant")
     p.add_argument("--redis-url", default=None, help="with --kafka-bootstrap: use these servers")
     p.add_argument("--kafka-bootstrap", default=None)
     p.add_argument("--json", default="bench-results/ingest.json", metavar="PATH")
-    p.add_argument("--write-docs", action="store_true",
-                   help="update the ingest section of docs/benchmarks.md")
+    p.add_argument(
+        "--write-docs", action="store_true", help="update the ingest section of docs/benchmarks.md"
+    )
     p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cli)

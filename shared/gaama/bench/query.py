@@ -75,8 +75,13 @@ def machine_info() -> dict[str, Any]:
     with contextlib.suppress(OSError, ValueError, IndexError):
         first = Path("/proc/meminfo").read_text().splitlines()[0]
         mem_gb = round(int(first.split()[1]) / 1024 / 1024, 1)
-    return {"cpus": os.cpu_count(), "cpu": cpu, "memory_gb": mem_gb,
-            "python": platform.python_version(), "platform": platform.platform()}
+    return {
+        "cpus": os.cpu_count(),
+        "cpu": cpu,
+        "memory_gb": mem_gb,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
 def write_section(path: Path, begin: str, end: str, section: str) -> None:
@@ -94,8 +99,9 @@ def write_section(path: Path, begin: str, end: str, section: str) -> None:
 
 
 @contextlib.contextmanager
-def servers(redis_url: str | None, kafka_bootstrap: str | None,
-            need_kafka: bool = False) -> Iterator[tuple[str, str]]:
+def servers(
+    redis_url: str | None, kafka_bootstrap: str | None, need_kafka: bool = False
+) -> Iterator[tuple[str, str]]:
     """``(redis_url, kafka_bootstrap)``: the given servers, or an embedded stack started here on
     free ports in a temporary directory and stopped on exit."""
     if redis_url and (kafka_bootstrap or not need_kafka):
@@ -122,17 +128,21 @@ class Service:
         self.port = free_port()
         self.log_path = log_dir / f"{name}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
-        env.update({
-            "GAAMA_REDIS_URL": settings.redis_url,
-            "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "GAAMA_KEY_PREFIX": settings.key_prefix,
-            "GAAMA_INDEX_NAME": settings.index_name,
-            "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
-            "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
-            "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
-            f"GAAMA_{name.upper()}_PORT": str(self.port),
-            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
-        })
+        env.update(
+            {
+                "GAAMA_REDIS_URL": settings.redis_url,
+                "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
+                "GAAMA_KEY_PREFIX": settings.key_prefix,
+                "GAAMA_INDEX_NAME": settings.index_name,
+                "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
+                "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
+                "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
+                f"GAAMA_{name.upper()}_PORT": str(self.port),
+                "HF_HUB_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         env.update(extra)
         self.env = env
         self.proc: subprocess.Popen[bytes] | None = None
@@ -144,8 +154,13 @@ class Service:
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log_path.open("ab") as log:
             return subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.name}.main"], env=self.env, stdout=log,
-                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+                [sys.executable, "-m", f"services.{self.name}.main"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
 
     async def start(self, within_s: float = 180) -> Service:
         import httpx
@@ -197,8 +212,15 @@ async def used_memory(redis: aioredis.Redis) -> int:
     return int(info["used_memory"])
 
 
-async def load_tenant(redis: aioredis.Redis, keys: Keys, tenant: str, nodes: int,
-                      *, seed: int = 0, progress: bool = True) -> dict[str, Any]:
+async def load_tenant(
+    redis: aioredis.Redis,
+    keys: Keys,
+    tenant: str,
+    nodes: int,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+) -> dict[str, Any]:
     """Write a synthetic graph of ``nodes`` nodes for ``tenant``; its timing, memory, shape.
 
     Edges go through :meth:`GraphStore.write` (its validation and adjacency format); nodes,
@@ -209,8 +231,9 @@ async def load_tenant(redis: aioredis.Redis, keys: Keys, tenant: str, nodes: int
     before = await used_memory(redis)
     started = time.perf_counter()
     pending: set[asyncio.Task[None]] = set()
-    bar = tqdm(total=nodes, desc=f"load {nodes:,}", unit="node", disable=not progress,
-               smoothing=0.05)
+    bar = tqdm(
+        total=nodes, desc=f"load {nodes:,}", unit="node", disable=not progress, smoothing=0.05
+    )
     for batch in synthetic.batches():
         if len(pending) >= IN_FLIGHT:
             done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
@@ -218,22 +241,31 @@ async def load_tenant(redis: aioredis.Redis, keys: Keys, tenant: str, nodes: int
                 t.result()
 
         async def write(b: Batch = batch) -> None:
-            await graph.write(tenant, edges=b.edges,
-                              also=[lambda pipe: _queue_batch(pipe, keys, tenant, b)])
+            await graph.write(
+                tenant, edges=b.edges, also=[lambda pipe: _queue_batch(pipe, keys, tenant, b)]
+            )
             bar.update(len(b.nodes))
 
         pending.add(asyncio.create_task(write()))
-    for t in asyncio.as_completed(pending):
-        await t
+    if pending:
+        await asyncio.gather(*pending)
     bar.close()
     seconds = time.perf_counter() - started
     after = await used_memory(redis)
     s = synthetic.stats
-    return {"seconds": seconds, "bytes": after - before, "nodes_per_s": nodes / seconds,
-            "graph": {"nodes": s.nodes, "edges": s.edges, "conversations": s.conversations,
-                      "concept_degree_max": s.concept_degree_max,
-                      "concept_degree_p50": s.concept_degree_p50,
-                      "concepts_over_50_edges": s.hubs_over_50}}
+    return {
+        "seconds": seconds,
+        "bytes": after - before,
+        "nodes_per_s": nodes / seconds,
+        "graph": {
+            "nodes": s.nodes,
+            "edges": s.edges,
+            "conversations": s.conversations,
+            "concept_degree_max": s.concept_degree_max,
+            "concept_degree_p50": s.concept_degree_p50,
+            "concepts_over_50_edges": s.hubs_over_50,
+        },
+    }
 
 
 # --- querying ---------------------------------------------------------------------------------
@@ -256,8 +288,11 @@ class Observed:
 
 async def _ask(client: Any, url: str, key: str, text: str, mode: str, out: Observed) -> None:
     t0 = time.perf_counter()
-    r = await client.post(f"{url}/v1/search", json={"query": text, "mode": mode},
-                          headers={"Authorization": f"Bearer {key}"})
+    r = await client.post(
+        f"{url}/v1/search",
+        json={"query": text, "mode": mode},
+        headers={"Authorization": f"Bearer {key}"},
+    )
     ms = (time.perf_counter() - t0) * 1000.0
     if r.status_code != 200:
         out.errors += 1
@@ -268,15 +303,21 @@ async def _ask(client: Any, url: str, key: str, text: str, mode: str, out: Obser
             out.stages[stage].append(float(v))
 
 
-async def run_queries(url: str, key: str, spec: RunSpec, texts: Sequence[str],
-                      progress: bool) -> dict[str, Any]:
+async def run_queries(
+    url: str, key: str, spec: RunSpec, texts: Sequence[str], progress: bool
+) -> dict[str, Any]:
     """``spec.requests`` searches, ``spec.concurrency`` at a time; latency percentiles, QPS."""
     import httpx
 
     out = Observed()
     limits = httpx.Limits(max_connections=spec.concurrency, max_keepalive_connections=64)
-    bar = tqdm(total=spec.requests, desc=f"{spec.nodes:,} {spec.mode} c={spec.concurrency}",
-               unit="req", disable=not progress, leave=False)
+    bar = tqdm(
+        total=spec.requests,
+        desc=f"{spec.nodes:,} {spec.mode} c={spec.concurrency}",
+        unit="req",
+        disable=not progress,
+        leave=False,
+    )
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
         next_i = 0
 
@@ -293,11 +334,18 @@ async def run_queries(url: str, key: str, spec: RunSpec, texts: Sequence[str],
         wall = time.perf_counter() - started
     bar.close()
     lat = out.latencies_ms
-    return {"nodes": spec.nodes, "concurrency": spec.concurrency, "mode": spec.mode,
-            "requests": spec.requests, "errors": out.errors,
-            "p50_ms": round(percentile(lat, 50), 2), "p95_ms": round(percentile(lat, 95), 2),
-            "p99_ms": round(percentile(lat, 99), 2), "qps": round(len(lat) / wall, 2),
-            "stage_p50_ms": {s: round(percentile(v, 50), 3) for s, v in out.stages.items()}}
+    return {
+        "nodes": spec.nodes,
+        "concurrency": spec.concurrency,
+        "mode": spec.mode,
+        "requests": spec.requests,
+        "errors": out.errors,
+        "p50_ms": round(percentile(lat, 50), 2),
+        "p95_ms": round(percentile(lat, 95), 2),
+        "p99_ms": round(percentile(lat, 99), 2),
+        "qps": round(len(lat) / wall, 2),
+        "stage_p50_ms": {s: round(percentile(v, 50), 3) for s, v in out.stages.items()},
+    }
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -342,8 +390,11 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
     tenants = {n: f"bench-{n}" for n in opts.sizes}
     api = {n: f"bench-key-{run_id}-{n}" for n in opts.sizes}
     settings = load_settings(
-        redis_url=redis_url, key_prefix=prefix, index_name=f"{prefix}-idx",
-        api_keys=[ApiKey(key_sha256=hash_api_key(api[n]), tenant=tenants[n]) for n in opts.sizes])
+        redis_url=redis_url,
+        key_prefix=prefix,
+        index_name=f"{prefix}-idx",
+        api_keys=[ApiKey(key_sha256=hash_api_key(api[n]), tenant=tenants[n]) for n in opts.sizes],
+    )
     client = aioredis.Redis.from_url(redis_url, socket_timeout=600)
     index = VectorIndex(client, settings.index_name, settings.embed_dim, keys)
     await index.ensure()
@@ -361,28 +412,36 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
                         f"not run: loading would take ~{est / 60:.0f} min (extrapolated from "
                         f"{base:,} nodes in {loads[base]['seconds']:.0f} s, "
                         f"{loads[base]['nodes_per_s']:.0f} nodes/s, HNSW insert cost ~log n), "
-                        f"over the {opts.max_load_minutes:.0f}-minute limit (--max-load-minutes)")
+                        f"over the {opts.max_load_minutes:.0f}-minute limit (--max-load-minutes)"
+                    )
                     print(f"# {n:,} nodes {not_run[str(n)]}", file=sys.stderr)
                     continue
-            loads[n] = await load_tenant(client, keys, tenants[n], n, seed=n,
-                                         progress=opts.progress)
-            print(f"# loaded {n:,} nodes in {loads[n]['seconds']:.1f} s "
-                  f"({loads[n]['bytes'] / n:.0f} bytes/node)", file=sys.stderr)
+            loads[n] = await load_tenant(
+                client, keys, tenants[n], n, seed=n, progress=opts.progress
+            )
+            print(
+                f"# loaded {n:,} nodes in {loads[n]['seconds']:.1f} s "
+                f"({loads[n]['bytes'] / n:.0f} bytes/node)",
+                file=sys.stderr,
+            )
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
         service = await Service("query", settings, log_dir).start()
         texts = query_texts(4096)
         for n in sorted(loads):
             for mode in opts.modes:  # warm-up: model, connections, Redis caches
-                await run_queries(service.url, api[n], RunSpec(n, 4, mode, opts.warmup), texts,
-                                  progress=False)
+                await run_queries(
+                    service.url, api[n], RunSpec(n, 4, mode, opts.warmup), texts, progress=False
+                )
             for c in opts.concurrency:
                 for mode in opts.modes:
                     spec = RunSpec(n, c, mode, _requests_for(opts, c))
                     result = await run_queries(service.url, api[n], spec, texts, opts.progress)
                     runs.append(result)
-                    print(f"# {n:>9,} c={c:<3} {mode:8s} p50 {result['p50_ms']:7.1f} ms  "
-                          f"p99 {result['p99_ms']:7.1f} ms  {result['qps']:6.1f} qps",
-                          file=sys.stderr)
+                    print(
+                        f"# {n:>9,} c={c:<3} {mode:8s} p50 {result['p50_ms']:7.1f} ms  "
+                        f"p99 {result['p99_ms']:7.1f} ms  {result['qps']:6.1f} qps",
+                        file=sys.stderr,
+                    )
     finally:
         if service is not None:
             service.stop()
@@ -408,12 +467,14 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
 
 
 def _find(runs: Sequence[dict[str, Any]], nodes: int, c: int, mode: str) -> dict[str, Any] | None:
-    return next((r for r in runs if (r["nodes"], r["concurrency"], r["mode"]) == (nodes, c, mode)),
-                None)
+    return next(
+        (r for r in runs if (r["nodes"], r["concurrency"], r["mode"]) == (nodes, c, mode)), None
+    )
 
 
-def targets(runs: Sequence[dict[str, Any]], sizes: Sequence[int],
-            not_run: dict[str, str]) -> list[dict[str, Any]]:
+def targets(
+    runs: Sequence[dict[str, Any]], sizes: Sequence[int], not_run: dict[str, str]
+) -> list[dict[str, Any]]:
     """The three latency targets, each with the figures it was judged on."""
     out: list[dict[str, Any]] = []
     for n in sizes:
@@ -421,24 +482,41 @@ def targets(runs: Sequence[dict[str, Any]], sizes: Sequence[int],
             g, s = _find(runs, n, c, "gaama"), _find(runs, n, c, "semantic")
             if g and s:
                 ratio = g["p50_ms"] / s["p50_ms"] if s["p50_ms"] else float("inf")
-                out.append({"target": f"gaama p50 ≤ 1.3 × semantic p50 ({n:,} nodes, c={c})",
-                            "value": f"{g['p50_ms']:.1f} / {s['p50_ms']:.1f} ms = {ratio:.2f}×",
-                            "holds": ratio <= 1.3})
+                out.append(
+                    {
+                        "target": f"gaama p50 ≤ 1.3 × semantic p50 ({n:,} nodes, c={c})",
+                        "value": f"{g['p50_ms']:.1f} / {s['p50_ms']:.1f} ms = {ratio:.2f}×",
+                        "holds": ratio <= 1.3,
+                    }
+                )
     big = 100_000
     for mode in ("gaama", "semantic"):
         r = _find(runs, big, 1, mode)
-        out.append({"target": f"p99 ≤ 100 ms at 100k nodes, c=1 ({mode})",
-                    "value": f"{r['p99_ms']:.1f} ms" if r else "not run",
-                    "holds": (r["p99_ms"] <= 100) if r else None})
+        out.append(
+            {
+                "target": f"p99 ≤ 100 ms at 100k nodes, c=1 ({mode})",
+                "value": f"{r['p99_ms']:.1f} ms" if r else "not run",
+                "holds": (r["p99_ms"] <= 100) if r else None,
+            }
+        )
     small, large = _find(runs, 10_000, 1, "gaama"), _find(runs, 1_000_000, 1, "gaama")
     if small and large:
         ratio = large["p50_ms"] / small["p50_ms"]
-        out.append({"target": "gaama p50 at 1M ≤ 2 × p50 at 10k (c=1)",
-                    "value": f"{large['p50_ms']:.1f} / {small['p50_ms']:.1f} ms = {ratio:.2f}×",
-                    "holds": ratio <= 2})
+        out.append(
+            {
+                "target": "gaama p50 at 1M ≤ 2 × p50 at 10k (c=1)",
+                "value": f"{large['p50_ms']:.1f} / {small['p50_ms']:.1f} ms = {ratio:.2f}×",
+                "holds": ratio <= 2,
+            }
+        )
     else:
-        out.append({"target": "gaama p50 at 1M ≤ 2 × p50 at 10k (c=1)",
-                    "value": not_run.get("1000000", "not run"), "holds": None})
+        out.append(
+            {
+                "target": "gaama p50 at 1M ≤ 2 × p50 at 10k (c=1)",
+                "value": not_run.get("1000000", "not run"),
+                "holds": None,
+            }
+        )
     return out
 
 
@@ -466,16 +544,25 @@ def docs_section(doc: dict[str, Any]) -> str:
     ]
     for r in doc["runs"]:
         st = r["stage_p50_ms"]
-        lines.append(f"| {r['nodes']:,} | {r['concurrency']} | {r['mode']} | {r['p50_ms']:.1f} | "
-                     f"{r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['qps']:.1f} | "
-                     + " | ".join(f"{st[s]:.1f}" for s in STAGES) + " |")
-    lines += ["", "| nodes | load s | nodes/s | Redis bytes/node | concept degree max / p50 | "
-              "concepts > 50 edges |", "|---:|---:|---:|---:|---:|---:|"]
+        lines.append(
+            f"| {r['nodes']:,} | {r['concurrency']} | {r['mode']} | {r['p50_ms']:.1f} | "
+            f"{r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['qps']:.1f} | "
+            + " | ".join(f"{st[s]:.1f}" for s in STAGES)
+            + " |"
+        )
+    lines += [
+        "",
+        "| nodes | load s | nodes/s | Redis bytes/node | concept degree max / p50 | "
+        "concepts > 50 edges |",
+        "|---:|---:|---:|---:|---:|---:|",
+    ]
     for n, secs in doc["load_seconds"].items():
         g = doc["graphs"][n]
-        lines.append(f"| {int(n):,} | {secs:.0f} | {doc['load_nodes_per_s'][n]:.0f} | "
-                     f"{doc['redis_bytes_per_node'][n]:.0f} | {g['concept_degree_max']} / "
-                     f"{g['concept_degree_p50']:.0f} | {g['concepts_over_50_edges']} |")
+        lines.append(
+            f"| {int(n):,} | {secs:.0f} | {doc['load_nodes_per_s'][n]:.0f} | "
+            f"{doc['redis_bytes_per_node'][n]:.0f} | {g['concept_degree_max']} / "
+            f"{g['concept_degree_p50']:.0f} | {g['concepts_over_50_edges']} |"
+        )
     for n, why in doc["not_run"].items():
         lines.append(f"| {int(n):,} | {why} | | | | |")
     lines += ["", "Targets:", ""]
@@ -506,8 +593,9 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x.replace("_", "")) for x in text.split(",") if x.strip())
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}")\
-            from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def command_line(args: argparse.Namespace) -> str:
@@ -528,12 +616,19 @@ def command_line(args: argparse.Namespace) -> str:
 
 def _cli(args: argparse.Namespace) -> int:
     opts = Options(
-        sizes=args.sizes, modes=tuple(m for m in args.modes.split(",") if m),
-        concurrency=args.concurrency, requests=args.requests, warmup=args.warmup,
-        max_load_minutes=args.max_load_minutes, redis_url=args.redis_url,
+        sizes=args.sizes,
+        modes=tuple(m for m in args.modes.split(",") if m),
+        concurrency=args.concurrency,
+        requests=args.requests,
+        warmup=args.warmup,
+        max_load_minutes=args.max_load_minutes,
+        redis_url=args.redis_url,
         json_path=Path(args.json) if args.json else None,
-        docs=Path(args.docs) if args.write_docs else None, keep=args.keep,
-        progress=not args.no_progress, command=command_line(args))
+        docs=Path(args.docs) if args.write_docs else None,
+        keep=args.keep,
+        progress=not args.no_progress,
+        command=command_line(args),
+    )
     try:
         main(opts)
     except ConfigError as exc:
@@ -545,23 +640,42 @@ def _cli(args: argparse.Namespace) -> int:
 def register(sub: SubParsers) -> None:
     """Add ``query`` under the shared ``bench`` command."""
     p = bench_subparsers(sub).add_parser(
-        "query", help="query latency/QPS over synthetic 10k–1M-node tenants",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sizes", type=_ints, default=DEFAULT_SIZES,
-                   help="tenant sizes in nodes, comma-separated (default 10000,100000,1000000)")
+        "query",
+        help="query latency/QPS over synthetic 10k–1M-node tenants",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--sizes",
+        type=_ints,
+        default=DEFAULT_SIZES,
+        help="tenant sizes in nodes, comma-separated (default 10000,100000,1000000)",
+    )
     p.add_argument("--modes", default="gaama,semantic", help="retrieval modes (gaama,semantic,ppr)")
     p.add_argument("--concurrency", type=_ints, default=(1, 16), help="default 1,16")
-    p.add_argument("--requests", type=int, default=None,
-                   help="requests per run (default 200 at c=1, 800 otherwise)")
+    p.add_argument(
+        "--requests",
+        type=int,
+        default=None,
+        help="requests per run (default 200 at c=1, 800 otherwise)",
+    )
     p.add_argument("--warmup", type=int, default=20, help="warm-up requests per size and mode")
-    p.add_argument("--max-load-minutes", type=float, default=MAX_LOAD_MINUTES,
-                   help="skip a size whose extrapolated load time exceeds this")
-    p.add_argument("--redis-url", default=None,
-                   help="use this Redis (default GAAMA_REDIS_URL, else an embedded stack)")
+    p.add_argument(
+        "--max-load-minutes",
+        type=float,
+        default=MAX_LOAD_MINUTES,
+        help="skip a size whose extrapolated load time exceeds this",
+    )
+    p.add_argument(
+        "--redis-url",
+        default=None,
+        help="use this Redis (default GAAMA_REDIS_URL, else an embedded stack)",
+    )
     p.add_argument("--kafka-bootstrap", default=None, help=argparse.SUPPRESS)  # not needed here
     p.add_argument("--json", default="bench-results/query.json", metavar="PATH")
-    p.add_argument("--write-docs", action="store_true",
-                   help="update the query section of docs/benchmarks.md")
+    p.add_argument(
+        "--write-docs", action="store_true", help="update the query section of docs/benchmarks.md"
+    )
     p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
     p.add_argument("--keep", action="store_true", help="keep the loaded tenants and index")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

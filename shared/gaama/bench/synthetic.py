@@ -32,43 +32,195 @@ import numpy as np
 from gaama import ids
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 
-SHARES = {NodeKind.EPISODE: 0.45, NodeKind.FACT: 0.35, NodeKind.CONCEPT: 0.10,
-          NodeKind.REFLECTION: 0.10}
+SHARES = {
+    NodeKind.EPISODE: 0.45,
+    NodeKind.FACT: 0.35,
+    NodeKind.CONCEPT: 0.10,
+    NodeKind.REFLECTION: 0.10,
+}
 SESSIONS, TURNS = 20, 20  # per conversation
 HUB_CAP = 2000  # cap on a concept's expected degree (see module docstring)
 PARETO_TAIL = 1.3
 HUB_DEGREE = 50
 
-_SPEAKERS = ("Caroline", "Melanie", "Jon", "Gina", "John", "Maria", "Joanna", "Nate", "Tim",
-             "Audrey", "Andrew", "Evan", "Sam", "Calvin", "Dave", "Deborah", "Jolene", "James")
-_OPENERS = ("I", "We", "My sister", "My friend", "Honestly, I", "Yesterday I", "Last week we",
-            "This morning I", "Guess what, I", "My kids and I", "Lately I")
-_VERBS = ("went", "tried", "finished", "started", "signed up for", "talked about", "painted",
-          "visited", "cooked", "booked", "planned", "watched", "read", "joined", "built",
-          "adopted", "practised", "organised", "sold", "bought", "learned", "fixed", "shared")
-_OBJECTS = ("a pottery class", "the camping trip", "a new recipe", "the charity run",
-            "a guitar lesson", "the museum tour", "an old novel", "a road trip", "the garden",
-            "a support group", "the concert", "a painting", "the hiking trail", "a puppy",
-            "the bakery", "a volunteer shift", "the photo album", "a board game night",
-            "the dance workshop", "a science fair", "the family dinner", "a job interview",
-            "the beach house", "a yoga retreat", "the bike repair", "a poetry reading")
-_PLACES = ("near the lake", "downtown", "at the community centre", "with my mom",
-           "in the mountains", "at school", "with the neighbours", "at the park",
-           "over the weekend", "after work", "in Boston", "at the library", "by the river",
-           "with my partner", "at the studio", "on the coast")
-_TAILS = ("and it was amazing!", "and I loved it.", "which felt really rewarding.",
-          "and it made me think of you.", "but it was harder than expected.",
-          "so I'm pretty tired now.", "and I want to do it again.", "and we laughed a lot.",
-          "and it reminded me of childhood.", "to clear my head.")
-_TOPIC_WORDS = ("pottery", "camping", "painting", "hiking", "cooking", "music", "adoption",
-                "career", "family", "fitness", "reading", "travel", "volunteering", "gardening",
-                "photography", "parenting", "faith", "education", "pets", "dance", "baking",
-                "cycling", "writing", "gaming", "fashion", "health", "friendship", "finance",
-                "housing", "art", "nature", "sports", "identity", "community", "poetry")
-_TOPIC_KINDS = ("hobby", "trip", "plan", "class", "goal", "event", "project", "habit",
-                "memory", "struggle", "milestone", "routine", "group", "interest", "challenge")
-_REFLECT = ("tends to", "finds meaning when they", "values opportunities to",
-            "feels most at ease when they", "keeps coming back to", "prefers to")
+_SPEAKERS = (
+    "Caroline",
+    "Melanie",
+    "Jon",
+    "Gina",
+    "John",
+    "Maria",
+    "Joanna",
+    "Nate",
+    "Tim",
+    "Audrey",
+    "Andrew",
+    "Evan",
+    "Sam",
+    "Calvin",
+    "Dave",
+    "Deborah",
+    "Jolene",
+    "James",
+)
+_OPENERS = (
+    "I",
+    "We",
+    "My sister",
+    "My friend",
+    "Honestly, I",
+    "Yesterday I",
+    "Last week we",
+    "This morning I",
+    "Guess what, I",
+    "My kids and I",
+    "Lately I",
+)
+_VERBS = (
+    "went",
+    "tried",
+    "finished",
+    "started",
+    "signed up for",
+    "talked about",
+    "painted",
+    "visited",
+    "cooked",
+    "booked",
+    "planned",
+    "watched",
+    "read",
+    "joined",
+    "built",
+    "adopted",
+    "practised",
+    "organised",
+    "sold",
+    "bought",
+    "learned",
+    "fixed",
+    "shared",
+)
+_OBJECTS = (
+    "a pottery class",
+    "the camping trip",
+    "a new recipe",
+    "the charity run",
+    "a guitar lesson",
+    "the museum tour",
+    "an old novel",
+    "a road trip",
+    "the garden",
+    "a support group",
+    "the concert",
+    "a painting",
+    "the hiking trail",
+    "a puppy",
+    "the bakery",
+    "a volunteer shift",
+    "the photo album",
+    "a board game night",
+    "the dance workshop",
+    "a science fair",
+    "the family dinner",
+    "a job interview",
+    "the beach house",
+    "a yoga retreat",
+    "the bike repair",
+    "a poetry reading",
+)
+_PLACES = (
+    "near the lake",
+    "downtown",
+    "at the community centre",
+    "with my mom",
+    "in the mountains",
+    "at school",
+    "with the neighbours",
+    "at the park",
+    "over the weekend",
+    "after work",
+    "in Boston",
+    "at the library",
+    "by the river",
+    "with my partner",
+    "at the studio",
+    "on the coast",
+)
+_TAILS = (
+    "and it was amazing!",
+    "and I loved it.",
+    "which felt really rewarding.",
+    "and it made me think of you.",
+    "but it was harder than expected.",
+    "so I'm pretty tired now.",
+    "and I want to do it again.",
+    "and we laughed a lot.",
+    "and it reminded me of childhood.",
+    "to clear my head.",
+)
+_TOPIC_WORDS = (
+    "pottery",
+    "camping",
+    "painting",
+    "hiking",
+    "cooking",
+    "music",
+    "adoption",
+    "career",
+    "family",
+    "fitness",
+    "reading",
+    "travel",
+    "volunteering",
+    "gardening",
+    "photography",
+    "parenting",
+    "faith",
+    "education",
+    "pets",
+    "dance",
+    "baking",
+    "cycling",
+    "writing",
+    "gaming",
+    "fashion",
+    "health",
+    "friendship",
+    "finance",
+    "housing",
+    "art",
+    "nature",
+    "sports",
+    "identity",
+    "community",
+    "poetry",
+)
+_TOPIC_KINDS = (
+    "hobby",
+    "trip",
+    "plan",
+    "class",
+    "goal",
+    "event",
+    "project",
+    "habit",
+    "memory",
+    "struggle",
+    "milestone",
+    "routine",
+    "group",
+    "interest",
+    "challenge",
+)
+_REFLECT = (
+    "tends to",
+    "finds meaning when they",
+    "values opportunities to",
+    "feels most at ease when they",
+    "keeps coming back to",
+    "prefers to",
+)
 
 _EPOCH = datetime(2023, 1, 8, tzinfo=UTC).timestamp()
 _DAY = 86400.0
@@ -76,7 +228,9 @@ _DAY = 86400.0
 
 def plan_counts(nodes: int) -> dict[NodeKind, int]:
     """Nodes of each kind for a tenant of ``nodes`` (rounding goes to the episodes)."""
-    out = {k: int(nodes * share) for k, share in SHARES.items() if k is not NodeKind.EPISODE}
+    out: dict[NodeKind, int] = {
+        k: int(nodes * share) for k, share in SHARES.items() if k is not NodeKind.EPISODE
+    }
     out[NodeKind.EPISODE] = nodes - sum(out.values())
     return out
 
@@ -119,8 +273,9 @@ class SyntheticGraph:
         batch_nodes: About how many nodes one :class:`Batch` holds.
     """
 
-    def __init__(self, tenant: str, nodes: int, dim: int = 384, seed: int = 0,
-                 batch_nodes: int = 1000) -> None:
+    def __init__(
+        self, tenant: str, nodes: int, dim: int = 384, seed: int = 0, batch_nodes: int = 1000
+    ) -> None:
         self.tenant = tenant
         self.counts = plan_counts(nodes)
         self.dim = dim
@@ -137,8 +292,10 @@ class SyntheticGraph:
         self._degree = np.zeros(n_concepts, dtype=np.int64)
         # ~20 concepts per topic centroid: concepts of one topic are near each other.
         topics = _unit(self.rng.standard_normal((max(n_concepts // 20, 4), dim)))
-        self.concept_vecs = _unit(topics[self.rng.integers(0, len(topics), n_concepts)]
-                                  + 0.8 * _unit(self.rng.standard_normal((n_concepts, dim))))
+        self.concept_vecs = _unit(
+            topics[self.rng.integers(0, len(topics), n_concepts)]
+            + 0.8 * _unit(self.rng.standard_normal((n_concepts, dim)))
+        )
         self.concept_labels = self._labels(n_concepts)
         self.concept_ids = [ids.concept_id(tenant, lab) for lab in self.concept_labels]
 
@@ -160,16 +317,25 @@ class SyntheticGraph:
         return words[int(self.rng.integers(len(words)))]
 
     def _sentence(self) -> str:
-        return (f"{self._pick(_OPENERS)} {self._pick(_VERBS)} {self._pick(_OBJECTS)} "
-                f"{self._pick(_PLACES)} {self._pick(_TAILS)}")
+        return (
+            f"{self._pick(_OPENERS)} {self._pick(_VERBS)} {self._pick(_OBJECTS)} "
+            f"{self._pick(_PLACES)} {self._pick(_TAILS)}"
+        )
 
     def batches(self) -> Iterator[Batch]:
         """Concepts first, then conversation after conversation (episodes, facts, reflections)."""
         t = self.tenant
         batch = Batch()
         for i, cid in enumerate(self.concept_ids):
-            batch.nodes.append(Node(id=cid, tenant=t, kind=NodeKind.CONCEPT,
-                                    text=self.concept_labels[i], time=_EPOCH))
+            batch.nodes.append(
+                Node(
+                    id=cid,
+                    tenant=t,
+                    kind=NodeKind.CONCEPT,
+                    text=self.concept_labels[i],
+                    time=_EPOCH,
+                )
+            )
             batch.vectors.append(self.concept_vecs[i])
             if len(batch.nodes) >= self.batch_nodes:
                 yield batch
@@ -197,17 +363,21 @@ class SyntheticGraph:
             yield batch
         self.stats.conversations = conv_no
         self.stats.nodes = {k.value: v for k, v in made.items() if v} | {
-            NodeKind.CONCEPT.value: len(self.concept_ids)}
+            NodeKind.CONCEPT.value: len(self.concept_ids)
+        }
         deg = self._degree
         self.stats.concept_degree_max = int(deg.max()) if deg.size else 0
         self.stats.concept_degree_p50 = float(np.median(deg)) if deg.size else 0.0
         self.stats.hubs_over_50 = int((deg > HUB_DEGREE).sum())
 
-    def _conversation(self, batch: Batch, conv: str, conv_no: int, n: int, n_facts: int,
-                      n_refl: int) -> None:
+    def _conversation(
+        self, batch: Batch, conv: str, conv_no: int, n: int, n_facts: int, n_refl: int
+    ) -> None:
         t, rng = self.tenant, self.rng
-        speakers = (_SPEAKERS[(2 * conv_no) % len(_SPEAKERS)],
-                    _SPEAKERS[(2 * conv_no + 1) % len(_SPEAKERS)])
+        speakers = (
+            _SPEAKERS[(2 * conv_no) % len(_SPEAKERS)],
+            _SPEAKERS[(2 * conv_no + 1) % len(_SPEAKERS)],
+        )
         start = _EPOCH + conv_no * 3.0 * _DAY
         # Concepts per episode: 1–3 (mean 2), by popularity.
         k = rng.integers(1, 4, n)
@@ -228,10 +398,19 @@ class SyntheticGraph:
             speaker = speakers[turn % 2]
             said = self._sentence()
             stamp = datetime.fromtimestamp(when, UTC).strftime("%-I:%M %p on %-d %B, %Y")
-            batch.nodes.append(Node(
-                id=eid, tenant=t, kind=NodeKind.EPISODE, text=f"[{stamp}] {speaker}: {said}",
-                time=when, conversation=conv, turn_id=turn_id, speaker=speaker,
-                extra={"raw": said, "seq": str(i)}))
+            batch.nodes.append(
+                Node(
+                    id=eid,
+                    tenant=t,
+                    kind=NodeKind.EPISODE,
+                    text=f"[{stamp}] {speaker}: {said}",
+                    time=when,
+                    conversation=conv,
+                    turn_id=turn_id,
+                    speaker=speaker,
+                    extra={"raw": said, "seq": str(i)},
+                )
+            )
             batch.vectors.append(ep_vecs[i])
             batch.chain.append((conv, eid, i))
             if ep_ids:
@@ -252,14 +431,25 @@ class SyntheticGraph:
             speaker = speakers[int(rng.integers(2))]
             when = start + (first // TURNS) * 7 * _DAY
             day = datetime.fromtimestamp(when, UTC).strftime("%-d %B %Y")
-            text = (f"{speaker} {self._pick(_VERBS)} {self._pick(_OBJECTS)} "
-                    f"{self._pick(_PLACES)} on {day} ({conv}, fact {j}).")
+            text = (
+                f"{speaker} {self._pick(_VERBS)} {self._pick(_OBJECTS)} "
+                f"{self._pick(_PLACES)} on {day} ({conv}, fact {j})."
+            )
             fid = ids.fact_id(t, text)
             fact_vecs[j] = ep_vecs[src].mean(axis=0) + 0.5 * noise[j]
-            batch.nodes.append(Node(
-                id=fid, tenant=t, kind=NodeKind.FACT, text=text, time=when, conversation=conv,
-                speaker=speaker, belief=0.9,
-                extra={"sources": ",".join(ep_ids[s] for s in src)}))
+            batch.nodes.append(
+                Node(
+                    id=fid,
+                    tenant=t,
+                    kind=NodeKind.FACT,
+                    text=text,
+                    time=when,
+                    conversation=conv,
+                    speaker=speaker,
+                    belief=0.9,
+                    extra={"sources": ",".join(ep_ids[s] for s in src)},
+                )
+            )
             for s in src:
                 edge(batch, fid, ep_ids[s], EdgeKind.DERIVED_FROM)
             for c in about:
@@ -272,13 +462,23 @@ class SyntheticGraph:
             first = min(int(r * len(fact_ids) / max(n_refl, 1)), max(len(fact_ids) - 1, 0))
             src_f = list(range(first, min(first + int(rng.integers(2, 5)), len(fact_ids))))
             speaker = speakers[int(rng.integers(2))]
-            text = (f"{speaker} {self._pick(_REFLECT)} {self._pick(_VERBS).split()[0]} "
-                    f"{self._pick(_OBJECTS)} {self._pick(_PLACES)} ({conv}, insight {r}).")
+            text = (
+                f"{speaker} {self._pick(_REFLECT)} {self._pick(_VERBS).split()[0]} "
+                f"{self._pick(_OBJECTS)} {self._pick(_PLACES)} ({conv}, insight {r})."
+            )
             rid = ids.reflection_id(t, text)
-            vec = (fact_vecs[src_f].mean(axis=0) if src_f else refl_noise[r]) \
-                + 0.5 * refl_noise[r]
-            batch.nodes.append(Node(id=rid, tenant=t, kind=NodeKind.REFLECTION, text=text,
-                                    time=start, conversation=conv, speaker=speaker))
+            vec = (fact_vecs[src_f].mean(axis=0) if src_f else refl_noise[r]) + 0.5 * refl_noise[r]
+            batch.nodes.append(
+                Node(
+                    id=rid,
+                    tenant=t,
+                    kind=NodeKind.REFLECTION,
+                    text=text,
+                    time=start,
+                    conversation=conv,
+                    speaker=speaker,
+                )
+            )
             batch.vectors.append(_unit(vec))
             for f in src_f:
                 edge(batch, rid, fact_ids[f], EdgeKind.DERIVED_FROM_FACT)
@@ -295,11 +495,23 @@ def query_texts(n: int, seed: int = 1) -> list[str]:
     def pick(words: tuple[str, ...]) -> str:
         return words[int(rng.integers(len(words)))]
 
-    forms = ("When did {s} {v} {o}?", "What did {s} say about {o} {p}?",
-             "Why does {s} care about {t}?", "Who went {p} with {s}?",
-             "How did {s} feel after {o}?")
-    return [pick(forms).format(s=pick(_SPEAKERS), v=pick(_VERBS), o=pick(_OBJECTS),
-                               p=pick(_PLACES), t=pick(_TOPIC_WORDS)) for _ in range(n)]
+    forms = (
+        "When did {s} {v} {o}?",
+        "What did {s} say about {o} {p}?",
+        "Why does {s} care about {t}?",
+        "Who went {p} with {s}?",
+        "How did {s} feel after {o}?",
+    )
+    return [
+        pick(forms).format(
+            s=pick(_SPEAKERS),
+            v=pick(_VERBS),
+            o=pick(_OBJECTS),
+            p=pick(_PLACES),
+            t=pick(_TOPIC_WORDS),
+        )
+        for _ in range(n)
+    ]
 
 
 def turn_texts(n: int, seed: int = 2) -> list[str]:
@@ -309,11 +521,15 @@ def turn_texts(n: int, seed: int = 2) -> list[str]:
     def pick(words: tuple[str, ...]) -> str:
         return words[int(rng.integers(len(words)))]
 
-    return [f"{pick(_OPENERS)} {pick(_VERBS)} {pick(_OBJECTS)} {pick(_PLACES)} {pick(_TAILS)}"
-            for _ in range(n)]
+    return [
+        f"{pick(_OPENERS)} {pick(_VERBS)} {pick(_OBJECTS)} {pick(_PLACES)} {pick(_TAILS)}"
+        for _ in range(n)
+    ]
 
 
 def speakers(conversation_no: int) -> tuple[str, str]:
     """The two speakers of a conversation."""
-    return (_SPEAKERS[(2 * conversation_no) % len(_SPEAKERS)],
-            _SPEAKERS[(2 * conversation_no + 1) % len(_SPEAKERS)])
+    return (
+        _SPEAKERS[(2 * conversation_no) % len(_SPEAKERS)],
+        _SPEAKERS[(2 * conversation_no + 1) % len(_SPEAKERS)],
+    )

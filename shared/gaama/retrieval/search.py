@@ -8,12 +8,16 @@ choices the paper leaves open, made here:
   ``pool = max(2 × k, pool_min, ⌈budget_words / 20⌉)``: twice the ranked items asked for, never
   below 80, and enough candidates (at ~20 words per item) for the semantic mode to fill a large
   word budget. At the defaults (k = 20, 1000 words) it is the paper's 80.
-- **Expansion** visits ``hops`` rings around the seeds, one ``neighbours`` round trip per hop,
-  following edges both ways. The subgraph holds every edge seen on the way (all edges of nodes
-  closer than ``hops``); edges between two nodes of the outermost ring would need one more round
-  trip and are left out. Every node's degree for hub detection is its full store degree. New nodes
-  are admitted in order (frontier in similarity/discovery order, each node's neighbours by walk
-  weight) until the subgraph holds ``max_expanded`` nodes, a bound on latency for dense graphs.
+- **Expansion** visits ``hops`` rings around the seeds, following edges both ways, with one
+  batched degree read and one batched adjacency read per hop. **Hubs (store degree >
+  ``hub_degree``) are not expanded through**: their edges to nodes reached from elsewhere stay in
+  the subgraph, their other neighbours never enter it. This is hub dampening applied to the walk's
+  reach, and it keeps the subgraph bounded however large a tenant's hubs grow. The subgraph holds
+  every edge seen on the way (all edges of expanded nodes); edges between two nodes of the
+  outermost ring would need one more read and are left out. Every node's degree for hub detection
+  is its full store degree. New nodes are admitted in order (frontier in similarity/discovery
+  order, each node's neighbours by walk weight) until the subgraph holds ``max_expanded`` (500)
+  nodes; then expansion stops. On LoCoMo 500 lost no recall against 4000, and it bounds latency.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
   before they join the subgraph (the authors' expansion ignored scope). Concepts carry no
   conversation; they stay in as bridges and are never returned.
@@ -224,7 +228,8 @@ class Retriever:
         if mode != "semantic" and hits:
             seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
             sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
-            missing = [n for n in sub.nodes if n not in sims]
+            # Concepts are never returned, so their similarity is never needed.
+            missing = [n for n in sub.nodes if n not in sims and _kind(n) is not NodeKind.CONCEPT]
             vecs = await self.graph.vectors(tenant, missing, self.embedder.dim)
             for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
                 sims[node] = float(sim)
@@ -271,13 +276,20 @@ class Retriever:
     ) -> _Subgraph:
         index = {n: i for i, n in enumerate(seeds)}
         adjacency: dict[str, list[Neighbour]] = {}
+        degree: dict[str, int] = {}
         frontier = list(seeds)
         for _ in range(p.hops):
-            if not frontier:
-                break
-            adjacency.update(await self.graph.neighbours(tenant, frontier))
+            if not frontier or len(index) >= p.max_expanded:
+                break  # a full subgraph needs no more adjacency: its edges are all known
+            # Hubs are not expanded through: their edges to nodes reached from elsewhere stay,
+            # but their hundreds of other neighbours never enter the subgraph. This is hub
+            # dampening applied to the walk's reach, and it keeps the subgraph (and latency)
+            # bounded however large a tenant's graph and its hubs grow.
+            degree.update(await self.graph.degrees(tenant, frontier))
+            expand = [n for n in frontier if degree[n] <= p.hub_degree]
+            adjacency.update(await self.graph.neighbours(tenant, expand))
             new: dict[str, None] = {}
-            for node in frontier:
+            for node in expand:
                 for nb in sorted(
                     adjacency.get(node, ()), key=lambda n: (-edge_weight(n.kind, n.weight), n.node)
                 ):
@@ -296,12 +308,10 @@ class Retriever:
             for nb in nbs
             if nb.node in index
         ]
-        outer = [n for n in index if n not in adjacency]
-        outer_degrees = await self.graph.degrees(tenant, outer) if outer else {}
-        degrees = np.array(
-            [len(adjacency[n]) if n in adjacency else outer_degrees.get(n, 0) for n in index],
-            dtype=np.int64,
-        )
+        outer = [n for n in index if n not in degree]
+        if outer:
+            degree.update(await self.graph.degrees(tenant, outer))
+        degrees = np.array([degree.get(n, 0) for n in index], dtype=np.int64)
         return _Subgraph(list(index), edges, degrees, adjacency)
 
     async def _in_scope(

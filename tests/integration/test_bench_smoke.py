@@ -1,0 +1,132 @@
+"""``gaama bench query`` and ``gaama bench ingest`` at tiny sizes against the session stack.
+
+They run as the real command (a subprocess, as ``make bench-*`` runs them) and start the real
+query/ingest service themselves; the assertions are on the JSON they write and the docs section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gaama.bench.query import DOCS_BEGIN, DOCS_END, STAGES, write_section
+from gaama.bench.synthetic import SyntheticGraph, plan_counts
+from gaama.model import NodeKind
+from tests.conftest import StackInfo
+
+pytestmark = pytest.mark.requires_stack
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _gaama(*args: str, timeout: float = 240) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
+    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "gaama.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"gaama {' '.join(args)} failed:\n{done.stderr[-3000:]}"
+
+
+def _positive(d: dict[str, Any], *names: str) -> None:
+    for n in names:
+        assert d[n] > 0, f"{n} = {d[n]!r}"
+
+
+def test_synthetic_graph_shape() -> None:
+    g = SyntheticGraph("t", 2000, seed=3)
+    batches = list(g.batches())
+    kinds: dict[NodeKind, int] = {}
+    for b in batches:
+        assert len(b.nodes) == len(b.vectors)
+        for n in b.nodes:
+            kinds[n.kind] = kinds.get(n.kind, 0) + 1
+    assert kinds == plan_counts(2000)
+    assert g.stats.hubs_over_50 >= 1  # a heavy tail, not a uniform degree
+    assert g.stats.concept_degree_p50 < 50
+
+
+def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
+    out, docs = tmp_path / "query.json", tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n\n<!-- locomo:begin -->\nkeep me\n<!-- locomo:end -->\n")
+    _gaama(
+        "bench",
+        "query",
+        "--sizes",
+        "300",
+        "--requests",
+        "10",
+        "--warmup",
+        "2",
+        "--redis-url",
+        stack.redis_url,
+        "--json",
+        str(out),
+        "--write-docs",
+        "--docs",
+        str(docs),
+        "--no-progress",
+    )
+    doc = json.loads(out.read_text())
+    assert {(r["concurrency"], r["mode"]) for r in doc["runs"]} == {
+        (c, m) for c in (1, 16) for m in ("gaama", "semantic")
+    }
+    for r in doc["runs"]:
+        assert r["nodes"] == 300 and r["errors"] == 0
+        _positive(r, "p50_ms", "p95_ms", "p99_ms", "qps")
+        assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
+        assert set(r["stage_p50_ms"]) == set(STAGES)
+        assert r["stage_p50_ms"]["embed"] > 0 and r["stage_p50_ms"]["knn"] > 0
+    assert doc["redis_bytes_per_node"]["300"] > 0 and doc["load_seconds"]["300"] > 0
+    assert doc["machine"]["cpus"] >= 1 and doc["date"] and doc["command"]
+    assert any("1M" in t["target"] and t["holds"] is None for t in doc["targets"])
+    text = docs.read_text()
+    assert DOCS_BEGIN in text and DOCS_END in text and "keep me" in text
+    assert "| 300 | 1 | gaama |" in text
+
+
+def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
+    out = tmp_path / "ingest.json"
+    _gaama(
+        "bench",
+        "ingest",
+        "--turns",
+        "50",
+        "--tenants",
+        "2",
+        "--conversations",
+        "2",
+        "--redis-url",
+        stack.redis_url,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+        "--json",
+        str(out),
+        "--no-progress",
+    )
+    doc = json.loads(out.read_text())
+    assert doc["turns"] == 50 and doc["conversations"] == 4
+    _positive(doc, "seconds", "turns_per_s", "embedding_seconds", "batches", "batch_p50_ms")
+    assert 0 < doc["embedding_share"] <= 1
+    assert doc["embedded_texts"] == 50
+    assert doc["chains_in_order"] is True
+
+
+def test_write_section_keeps_other_sections(tmp_path: Path) -> None:
+    p = tmp_path / "b.md"
+    write_section(p, DOCS_BEGIN, DOCS_END, "one")
+    p.write_text(p.read_text() + "\n<!-- ingest:begin -->\nx\n<!-- ingest:end -->\n")
+    write_section(p, DOCS_BEGIN, DOCS_END, "two")
+    text = p.read_text()
+    assert "two" in text and "one" not in text and "<!-- ingest:begin -->\nx" in text
