@@ -41,13 +41,13 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench-ingest: install
-	$(BIN)/gaama bench ingest
+	$(BIN)/gaama bench ingest --write-docs
 
 bench-query: install
-	$(BIN)/gaama bench query
+	$(BIN)/gaama bench query --write-docs
 
 bench-locomo: install
-	$(BIN)/gaama bench locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json
+	$(BIN)/gaama bench locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json --write-docs
 
 dev-up: install
 	@$(BIN)/gaama dev up

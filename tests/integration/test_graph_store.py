@@ -103,3 +103,20 @@ async def test_delete_tenant(graph: GraphStore, embedder):
     assert await graph.delete_tenant("gone") >= 3
     assert await graph.chain("gone", "c") == []
     assert len(await graph.chain("kept", "c")) == 1
+
+
+async def test_out_of_memory_is_transient_not_poison(graph: GraphStore, redis_client, embedder):
+    """Under noeviction a full Redis refuses writes; that must stall (retry), not dead-letter."""
+    from gaama.errors import StoreUnavailable
+
+    [v] = await embedder.embed(["x"])
+    await redis_client.config_set("maxmemory-policy", "noeviction")
+    await redis_client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            await graph.append_episode(episode("oom", "c", "1", "x", v.tolist()))
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            await graph.write("oom", [episode("oom", "c", "2", "y", v.tolist())])
+    finally:
+        await redis_client.config_set("maxmemory", 0)
+    assert await graph.append_episode(episode("oom", "c", "1", "x", v.tolist()))

@@ -131,10 +131,8 @@ async def read_topic(
     await consumer.start()
     out: list[tuple[bytes | None, bytes]] = []
     try:
+        await consumer.topics()  # fetch metadata: partitions are unknown until then
         parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            await consumer.force_metadata_update()  # type: ignore[attr-defined]
-            parts = consumer.partitions_for_topic(topic) or set()
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         for tp in tps:

@@ -311,7 +311,10 @@ async def _wait_complete(
     ours = set(tenants.values())
     try:
         topic = topic_name(TOPIC_FACTS, settings.topic_prefix)
+        await consumer.topics()  # fetch metadata: partitions are unknown until then
         parts = consumer.partitions_for_topic(topic) or set()
+        if not parts:
+            raise ConfigError(f"topic {topic} does not exist; run `gaama dev up` or create it")
         tps = [TopicPartition(topic, p) for p in sorted(parts)]
         consumer.assign(tps)
         for tp in tps:
@@ -748,9 +751,24 @@ def docs_section(doc: dict[str, Any]) -> str:
             f"{g['reflections']} reflections; edges: {edges}. "
             f"Wall time: {secs.get('total', 0):.0f} s ({secs.get('ingest', 0):.0f} s ingest + "
             f"extraction, {secs.get('questions', 0):.0f} s questions).",
+            *_duplicates_line(doc),
             DOCS_END,
         ]
     )
+
+
+def _duplicates_line(doc: dict[str, Any]) -> list[str]:
+    """Concept canonicalisation, measured: distinct labels proposed vs concepts stored."""
+    dup = doc.get("concept_duplicates") or {}
+    if dup.get("raw_labels") is None:
+        return []
+    return [
+        "",
+        f"Concept canonicalisation: the extractor proposed {dup['raw_labels']} distinct labels; "
+        f"{dup['after_canonicalisation']} concepts were stored, so {dup['removed']} labels were "
+        "merged into an existing concept as near-duplicates (same lemmas, string similarity, or "
+        "embedding similarity; per tenant).",
+    ]
 
 
 def write_docs(path: Path, section: str) -> None:

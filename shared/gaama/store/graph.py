@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError, TryAgainError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama.errors import StoreUnavailable, ValidationError
@@ -96,6 +97,18 @@ return table.concat(parts)
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
 
 
+#: Server replies that mean "not now" rather than "never": out of memory under noeviction, a
+#: replica that is read-only during a failover, a dataset still loading, a busy script.
+_TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
+
+
+def transient_reply(exc: ResponseError) -> bool:
+    # redis-py turns some replies into classes and drops the reply's first word.
+    if isinstance(exc, OutOfMemoryError | ReadOnlyError | TryAgainError):
+        return True
+    return str(exc).split(" ", 1)[0] in _TRANSIENT_REPLIES
+
+
 def _vector_bytes(vector: Sequence[float] | np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
@@ -171,7 +184,9 @@ class GraphStore:
         try:
             for i in range(0, len(keys), _BATCH):
                 out += await script(keys=keys[i : i + _BATCH], args=list(args))
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return out
 
@@ -195,7 +210,9 @@ class GraphStore:
         ]
         try:
             created = await self._append(keys=keys, args=args)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return bool(created)
 
@@ -236,7 +253,9 @@ class GraphStore:
             queue(pipe)
         try:
             await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
 
     @staticmethod
@@ -280,7 +299,9 @@ class GraphStore:
                 chunks.append(
                     await self._vectors(keys=keys[i : i + _BATCH], args=[VECTOR_FIELD, dim * 4])
                 )
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         raw = b"".join(chunks)
         return np.frombuffer(raw, dtype=np.float32).reshape(len(ids), dim).copy()
@@ -338,6 +359,8 @@ class GraphStore:
     async def _run(self, pipe: Any) -> list[Any]:
         try:
             result: list[Any] = await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return result
