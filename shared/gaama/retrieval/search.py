@@ -18,6 +18,10 @@ choices the paper leaves open, made here:
   is its full store degree. New nodes are admitted in order (frontier in similarity/discovery
   order, each node's neighbours by walk weight) until the subgraph holds ``max_expanded`` (500)
   nodes; then expansion stops. On LoCoMo 500 lost no recall against 4000, and it bounds latency.
+- **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
+  expanded node outside it is less similar than every pool node and only PPR can lift it. The
+  ``expanded_candidates`` (100) expanded nodes with the most PPR mass get their stored vectors
+  read and join the candidates; the rest cannot compete and are not read (PPR runs first).
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
   before they join the subgraph (the authors' expansion ignored scope). Concepts carry no
   conversation; they stay in as bridges and are never returned.
@@ -228,23 +232,32 @@ class Retriever:
         if mode != "semantic" and hits:
             seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
             sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
-            # Concepts are never returned, so their similarity is never needed.
-            missing = [n for n in sub.nodes if n not in sims and _kind(n) is not NodeKind.CONCEPT]
-            vecs = await self.graph.vectors(tenant, missing, self.embedder.dim)
-            for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
-                sims[node] = float(sim)
             lap("expand")
             restart = np.zeros(len(sub.nodes))
             restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
             result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
-            ppr = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
+            scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             lap("ppr")
+            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
+            # less similar than every pool node, so only the graph can lift it — the
+            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
+            # Concepts are never returned, so their similarity is never needed.
+            missing = [n for n in sub.nodes if n not in sims and _kind(n) is not NodeKind.CONCEPT]
+            missing.sort(key=lambda n: -scores[n])
+            missing = missing[: p.expanded_candidates]
+            vecs = await self.graph.vectors(tenant, missing, self.embedder.dim)
+            for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
+                sims[node] = float(sim)
+            ppr = {n: v for n, v in scores.items() if n in sims}
+            expand_ms = timings["expand"]
+            lap("expand")
+            timings["expand"] += expand_ms
 
-        items = _score(sims, ppr, w_ppr, w_sim)
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
+        items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))
         ranked = top_k(items, k)
         eligible = capped(items, caps)
         await self._fill(
@@ -285,9 +298,10 @@ class Retriever:
             # but their hundreds of other neighbours never enter the subgraph. This is hub
             # dampening applied to the walk's reach, and it keeps the subgraph (and latency)
             # bounded however large a tenant's graph and its hubs grow.
-            degree.update(await self.graph.degrees(tenant, frontier))
-            expand = [n for n in frontier if degree[n] <= p.hub_degree]
-            adjacency.update(await self.graph.neighbours(tenant, expand))
+            degs, adj = await self.graph.neighbours_below(tenant, frontier, p.hub_degree)
+            degree.update(degs)
+            adjacency.update(adj)
+            expand = [n for n in frontier if n in adj]
             new: dict[str, None] = {}
             for node in expand:
                 for nb in sorted(
@@ -430,16 +444,46 @@ def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 
 def _score(
-    sims: Mapping[str, float], ppr: Mapping[str, float], w_ppr: float, w_sim: float
+    sims: Mapping[str, float],
+    ppr: Mapping[str, float],
+    w_ppr: float,
+    w_sim: float,
+    keep: tuple[int, Caps] | None = None,
 ) -> list[Item]:
-    """Items of the returnable candidates with max-normalised sim and PPR and the final score."""
+    """Items of the returnable candidates with max-normalised sim and PPR and the final score.
+
+    With ``keep=(k, caps)`` only items that can reach the top k or a kind's cap are built (with
+    a margin for nodes that turn out to have no text): the rest cannot be returned.
+    """
     kinds = {n: _kind(n) for n in dict.fromkeys([*sims, *ppr])}
     returned = {n: k for n, k in kinds.items() if k in RETURNED_KINDS and k is not None}
     ids = list(returned)
     sim = _norm_max(np.clip(np.array([sims.get(n, 0.0) for n in ids]), 0.0, None))
     pr = _norm_max(np.array([ppr.get(n, 0.0) for n in ids]))
     score = w_ppr * pr + w_sim * sim
+    chosen: np.ndarray | list[int] = range(len(ids))  # type: ignore[assignment]
+    if keep is not None and ids:
+        k, caps = keep
+        order = np.argsort(-score, kind="stable")
+        picked = set(order[: k + _MARGIN].tolist())
+        kind_arr = [returned[n] for n in ids]
+        seen: dict[NodeKind, int] = {}
+        for idx in order.tolist():
+            kd = kind_arr[idx]
+            if seen.get(kd, 0) < caps.cap(kd) + _MARGIN:
+                seen[kd] = seen.get(kd, 0) + 1
+                picked.add(idx)
+        chosen = sorted(picked)
     return [
-        Item(id=n, kind=returned[n], sim=float(s), ppr=float(q), score=float(sc))
-        for n, s, q, sc in zip(ids, sim.tolist(), pr.tolist(), score.tolist(), strict=True)
+        Item(
+            id=ids[i],
+            kind=returned[ids[i]],
+            sim=float(sim[i]),
+            ppr=float(pr[i]),
+            score=float(score[i]),
+        )
+        for i in chosen
     ]
+
+
+_MARGIN = 10  # extra items kept past k and the caps, for nodes that turn out to have no text

@@ -72,6 +72,16 @@ local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HGETALL', KEYS[i]) end
 return out
 """
+# ARGV[1]: max degree. Per key: {degree, adjacency (flat) or {} when the degree is above it}.
+_MANY_ADJ_BELOW = """
+local out = {}
+local limit = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local n = redis.call('HLEN', KEYS[i])
+  if n <= limit then out[i] = {n, redis.call('HGETALL', KEYS[i])} else out[i] = {n, {}} end
+end
+return out
+"""
 _MANY_HMGET = """
 local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HMGET', KEYS[i], unpack(ARGV)) end
@@ -159,10 +169,13 @@ def _node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node
     )
 
 
+_EDGE_KINDS = {k.value.encode(): k for k in EdgeKind}
+
+
 def _parse_adj(value: bytes, node: str) -> Neighbour:
-    kind, direction, weight = value.decode().split("|")
+    kind, direction, weight = value.split(b"|")
     return Neighbour(
-        node=node, kind=EdgeKind(kind), outgoing=direction == "o", weight=float(weight)
+        node=node, kind=_EDGE_KINDS[kind], outgoing=direction == b"o", weight=float(weight)
     )
 
 
@@ -175,6 +188,7 @@ class GraphStore:
         self._append = redis.register_script(_APPEND_EPISODE)
         self._hlen = redis.register_script(_MANY_HLEN)
         self._hgetall = redis.register_script(_MANY_HGETALL)
+        self._adj_below = redis.register_script(_MANY_ADJ_BELOW)
         self._hmget = redis.register_script(_MANY_HMGET)
         self._exists = redis.register_script(_MANY_EXISTS)
         self._vectors = redis.register_script(_MANY_VECTORS)
@@ -315,6 +329,26 @@ class GraphStore:
             i: [_parse_adj(flat[j + 1], flat[j].decode()) for j in range(0, len(flat), 2)]
             for i, flat in zip(ids, rows, strict=True)
         }
+
+    async def neighbours_below(
+        self, tenant: str, ids: Sequence[str], max_degree: int
+    ) -> tuple[dict[str, int], dict[str, list[Neighbour]]]:
+        """Degrees of ``ids``, and the adjacency of those of degree ≤ ``max_degree``, in one
+        round trip (a search expands around non-hub nodes only)."""
+        if not ids:
+            return {}, {}
+        rows = await self._many(
+            self._adj_below, [self.keys.adj(tenant, i) for i in ids], [max_degree]
+        )
+        degrees: dict[str, int] = {}
+        adjacency: dict[str, list[Neighbour]] = {}
+        for i, (n, flat) in zip(ids, rows, strict=True):
+            degrees[i] = int(n)
+            if int(n) <= max_degree:
+                adjacency[i] = [
+                    _parse_adj(flat[j + 1], flat[j].decode()) for j in range(0, len(flat), 2)
+                ]
+        return degrees, adjacency
 
     async def degrees(self, tenant: str, ids: Sequence[str]) -> dict[str, int]:
         """Full store degree (adjacency size) of each node."""
