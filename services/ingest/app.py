@@ -10,10 +10,11 @@ import faust
 from faust.web import Request, Response, View
 from prometheus_client import CollectorRegistry
 
+from gaama.episodes import episode_node
 from gaama.errors import GaamaError, ValidationError
 from gaama.events import TOPIC_TURNS, conversation_key, encode
 from gaama.metrics import StageMetrics
-from services.ingest.handlers import IngestDeps, episode_node, handle, parse_turns_request
+from services.ingest.handlers import IngestDeps, handle, parse_turns_request
 from services.runtime.auth import AuthError, tenant_for
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 

@@ -18,10 +18,10 @@ from pydantic import ValidationError as PydanticValidationError
 from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
+from gaama.episodes import episode_node, episode_stored
 from gaama.errors import ValidationError
 from gaama.events import (
     TOPIC_EPISODES,
-    EpisodeStored,
     TurnReceived,
     conversation_key,
     decode,
@@ -29,7 +29,7 @@ from gaama.events import (
     parse_time,
     split_key,
 )
-from gaama.model import Node, NodeKind
+from gaama.model import Node
 from gaama.store.graph import GraphStore
 from services.runtime.records import BatchResult, Failure, Outgoing, Record
 
@@ -60,22 +60,6 @@ def validate_turn(record: Record, settings: Settings) -> TurnReceived:
     return turn
 
 
-def episode_node(turn: TurnReceived, vector: list[float] | None = None) -> Node:
-    return Node(
-        id=ids.episode_id(turn.tenant, turn.conversation, turn.turn_id),
-        tenant=turn.tenant,
-        kind=NodeKind.EPISODE,
-        text=turn.episode_text(),
-        time=turn.timestamp.timestamp(),
-        conversation=turn.conversation,
-        subject=turn.subject,
-        turn_id=turn.turn_id,
-        speaker=turn.speaker,
-        vector=vector,
-        extra={"raw": turn.said()},
-    )
-
-
 async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
     """Store a batch of turns in arrival order (which is turn order per conversation)."""
     result = BatchResult()
@@ -102,18 +86,7 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
             Outgoing(
                 TOPIC_EPISODES,
                 conversation_key(turn.tenant, turn.conversation),
-                EpisodeStored(
-                    tenant=turn.tenant,
-                    conversation=turn.conversation,
-                    episode_id=node.id,
-                    turn_id=turn.turn_id,
-                    speaker=turn.speaker,
-                    text=node.text,
-                    raw_text=turn.said(),
-                    timestamp=turn.timestamp,
-                    subject=turn.subject,
-                    end_of_session=turn.end_of_session,
-                ),
+                episode_stored(turn, node),
             )
         )
     return result

@@ -12,24 +12,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import secrets
-import signal
-import subprocess
-import sys
 import time
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 from gaama import devstack
-from gaama.config import hash_api_key
+from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import GaamaError
+from gaama.launch import SERVICES, ServiceProcess
 
-SERVICES = ("ingest", "extract", "reflect", "query")
 PORTS = {"ingest": 8081, "extract": 8082, "reflect": 8083, "query": 8084}
 TENANT = "demo"
 
@@ -43,23 +37,6 @@ def register(sub: Any) -> None:
 
 def _log(msg: str) -> None:
     print(f"\033[1m==>\033[0m {msg}", flush=True)
-
-
-def _wait_ready(
-    name: str, url: str, proc: subprocess.Popen[bytes], log: Path, timeout: float = 120
-) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            tail = "\n".join(log.read_text(errors="replace").splitlines()[-30:])
-            raise GaamaError(f"the {name} service exited ({proc.returncode}); log {log}:\n{tail}")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise GaamaError(f"the {name} service was not ready within {timeout:.0f}s; see {log}")
 
 
 def _sample() -> dict[str, Any]:
@@ -137,41 +114,22 @@ def run(args: argparse.Namespace) -> int:
                 f"(an earlier `make run`?)"
             )
     key = "gk_" + secrets.token_urlsafe(24)
-    env = {
-        **os.environ,
-        "GAAMA_REDIS_URL": stack.redis_url,
-        "GAAMA_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
-        "GAAMA_API_KEYS": json.dumps([{"key_sha256": hash_api_key(key), "tenant": TENANT}]),
-        "GAAMA_CHUNK_IDLE_S": "5",
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-    }
-    procs: dict[str, subprocess.Popen[bytes]] = {}
-
-    def stop_all() -> None:
-        for p in procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in procs.values():
-            try:
-                p.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-
+    settings = load_settings(
+        redis_url=stack.redis_url,
+        kafka_bootstrap=stack.kafka_bootstrap,
+        api_keys=[ApiKey(key_sha256=hash_api_key(key), tenant=TENANT)],
+        chunk_idle_s=5,
+    )
+    # inherit: GAAMA_LLM_* set by the user reach the services (an LLM instead of offline)
+    procs = [
+        ServiceProcess(name, settings, logs, port=PORTS[name], inherit=True) for name in SERVICES
+    ]
     try:
-        for name in SERVICES:
-            log = logs / f"{name}.log"
-            procs[name] = subprocess.Popen(
-                [sys.executable, "-m", f"services.{name}.main"],
-                env=env,
-                stdout=log.open("ab"),
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        for name in SERVICES:
-            url = f"http://127.0.0.1:{PORTS[name]}"
-            _wait_ready(name, url, procs[name], logs / f"{name}.log")
-            _log(f"{name:8s} ready on {url}  (/metrics /healthz /readyz; log {logs}/{name}.log)")
+        for p in procs:
+            p.spawn()
+        for p in procs:
+            p.wait_ready(180)
+            _log(f"{p.name:8s} ready on {p.url}  (/metrics /healthz /readyz; log {p.log_path})")
         _log(f"demo tenant {TENANT!r}, API key (keep it; new each run):\n    {key}")
         from gaama.client import GaamaClient
 
@@ -215,14 +173,15 @@ def run(args: argparse.Namespace) -> int:
         if args.no_wait:
             return 0
         _log("serving; press Ctrl-C to stop")
-        while all(p.poll() is None for p in procs.values()):
+        while all(p.alive() for p in procs):
             time.sleep(1)
-        dead = [n for n, p in procs.items() if p.poll() is not None]
+        dead = [p.name for p in procs if not p.alive()]
         raise GaamaError(f"service(s) {', '.join(dead)} stopped; see {logs}")
     except KeyboardInterrupt:
         print()
         _log("stopping")
         return 0
     finally:
-        stop_all()
+        for p in procs:
+            p.stop()
         stack.stop()

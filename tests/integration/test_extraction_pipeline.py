@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from gaama.config import Settings
+from gaama.episodes import episode_node, episode_stored
 from gaama.events import EpisodeStored, TurnReceived
 from gaama.extract.offline import OfflineExtractor
 from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
@@ -14,7 +15,6 @@ from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
 from gaama.model import EdgeKind, NodeKind
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore
-from services.ingest.handlers import episode_node
 
 pytestmark = pytest.mark.requires_stack
 
@@ -54,19 +54,7 @@ async def store_turns(
         [v] = await embedder.embed([t.episode_text()])
         node = episode_node(t, v.tolist())
         await graph.append_episode(node)
-        out.append(
-            EpisodeStored(
-                tenant=tenant,
-                conversation=conv,
-                episode_id=node.id,
-                turn_id=t.turn_id,
-                speaker=speaker,
-                text=node.text,
-                raw_text=t.said(),
-                timestamp=t.timestamp,
-                end_of_session=t.end_of_session,
-            )
-        )
+        out.append(episode_stored(t, node))
     return out
 
 

@@ -3,47 +3,15 @@
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-import httpx
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
+from gaama import launch
 from gaama.config import Settings, hash_api_key
-from gaama.devstack import free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def service_env(settings: Settings, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
-    env.update(
-        {
-            "GAAMA_REDIS_URL": settings.redis_url,
-            "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "GAAMA_KEY_PREFIX": settings.key_prefix,
-            "GAAMA_INDEX_NAME": settings.index_name,
-            "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
-            "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
-            "GAAMA_MAX_RETRIES": str(settings.max_retries),
-            "GAAMA_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
-            "GAAMA_CHUNK_IDLE_S": str(settings.chunk_idle_s),
-            "GAAMA_CHUNK_LOCK_S": str(settings.chunk_lock_s or 5),
-            "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.update(extra)
-    return env
 
 
 def api_keys(*pairs: tuple[str, str], disabled: Iterable[str] = ()) -> list[dict[str, Any]]:
@@ -51,60 +19,15 @@ def api_keys(*pairs: tuple[str, str], disabled: Iterable[str] = ()) -> list[dict
     return [{"key_sha256": hash_api_key(k), "tenant": t, "disabled": k in off} for k, t in pairs]
 
 
-class ServiceProcess:
-    """``python -m services.<name>.main`` on a free port; logs go to a file for diagnosis."""
+class ServiceProcess(launch.ServiceProcess):
+    """A service in the test's namespace; hermetic (no GAAMA_* from the outer environment).
+
+    The chunk lock is short so a test that kills the extract worker sees its chunk closed soon.
+    """
 
     def __init__(self, name: str, settings: Settings, log_dir: Path, **env: str) -> None:
-        self.name = name
-        self.port = free_port()
-        self.log_path = log_dir / f"{name}-{self.port}.log"
-        self.env = service_env(settings, **{f"GAAMA_{name.upper()}_PORT": str(self.port)}, **env)
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 90) -> ServiceProcess:
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", f"services.{self.name}.main"],
-            cwd=ROOT,
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited ({self.proc.returncode}):\n{self.log()}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.2)
-        raise RuntimeError(f"{self.name} not ready in {timeout}s:\n{self.log()}")
-
-    def log(self, lines: int = 60) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return ""
-
-    def kill(self, sig: int = signal.SIGKILL) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        extra = {"GAAMA_CHUNK_LOCK_S": str(settings.chunk_lock_s or 5), **env}
+        super().__init__(name, settings, log_dir, extra=extra)
 
 
 async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:

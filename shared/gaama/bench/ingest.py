@@ -31,11 +31,12 @@ from redis.exceptions import RedisError
 from tqdm import tqdm
 
 from gaama.bench import bench_subparsers
-from gaama.bench.query import Service, machine_info, servers, write_section
+from gaama.bench.query import machine_info, servers, write_section
 from gaama.bench.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
 from gaama.errors import ConfigError
 from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode, topic_name
+from gaama.launch import ServiceProcess
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -205,7 +206,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     keys = Keys(prefix)
     client = aioredis.Redis.from_url(redis_url, socket_timeout=30)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))
-    service = Service("ingest", settings, log_dir)
+    service = ServiceProcess("ingest", settings, log_dir)
     warm = [Conv("bench-warm", "warm", 0)]
     convs = [
         Conv(f"bench-t{t}", f"conv-{c}", t * opts.conversations + c)
@@ -214,7 +215,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     ]
     base = datetime(2024, 3, 1, tzinfo=UTC).timestamp()
     try:
-        await service.start()
+        await service.astart(180)
         # Warm-up: the consumer group is assigned and the model has run once before timing.
         await produce(settings.kafka_bootstrap_servers, topic, _turns(warm, WARMUP_TURNS, base))
         await wait_stored(client, keys, warm, WARMUP_TURNS, False, "warm-up")

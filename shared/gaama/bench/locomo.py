@@ -23,8 +23,6 @@ import contextlib
 import json
 import os
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +42,7 @@ from gaama.bench.locomo_data import CATEGORIES, Conversation, Question, load_loc
 from gaama.bench.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
+from gaama.episodes import episode_node, episode_stored
 from gaama.errors import ConfigError, ValidationError
 from gaama.events import EpisodeStored, FactsExtracted
 from gaama.extract.base import Extractor
@@ -57,6 +56,7 @@ from gaama.extract.types import (
     ReflectionDraft,
     ReflectionInput,
 )
+from gaama.launch import ServiceProcess
 from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Caps, Item, pack, render_memory
 from gaama.retrieval.search import Retriever
@@ -106,16 +106,18 @@ class RecordingExtractor:
     def __init__(self, inner: Extractor) -> None:
         self.inner = inner
         self.name = inner.name
-        self.raw_labels: set[str] = set()
+        # Concepts are per tenant, so distinct labels are counted per tenant too.
+        self.tenant = ""
+        self.labels_by_tenant: dict[str, set[str]] = {}
 
     async def extract(
         self, chunk: list[EpisodeView], context: ExtractionContext
     ) -> ExtractionResult:
         result = await self.inner.extract(chunk, context)
         for labels in result.episode_concepts.values():
-            self.raw_labels.update(labels)
+            self.labels_by_tenant.setdefault(self.tenant, set()).update(labels)
         for fact in result.facts:
-            self.raw_labels.update(fact.concepts)
+            self.labels_by_tenant.setdefault(self.tenant, set()).update(fact.concepts)
         return result
 
     async def reflect(
@@ -137,8 +139,6 @@ async def ingest_in_process(
 ) -> None:
     """The services' write path, in this process: episodes, then chunks → facts → reflections."""
     s, graph = stores.settings, stores.graph
-    from services.ingest.handlers import episode_node  # the ingest service's own node builder
-
     turns = conv.turn_events(tenant)
     stored: list[EpisodeStored] = []
     for start in range(0, len(turns), s.embed_batch):
@@ -147,20 +147,7 @@ async def ingest_in_process(
         for turn, vec in zip(batch, vectors, strict=True):
             node = episode_node(turn, vec.tolist())
             await graph.append_episode(node)
-            stored.append(
-                EpisodeStored(
-                    tenant=tenant,
-                    conversation=turn.conversation,
-                    episode_id=node.id,
-                    turn_id=turn.turn_id,
-                    speaker=turn.speaker,
-                    text=node.text,
-                    raw_text=turn.said(),
-                    timestamp=turn.timestamp,
-                    subject=turn.subject,
-                    end_of_session=turn.end_of_session,
-                )
-            )
+            stored.append(episode_stored(turn, node))
     for ev in stored:
         # Reflect right after each chunk closes, as the reflect service would.
         for fx in await extract.on_episode(ev):
@@ -175,78 +162,16 @@ SERVICES = ("ingest", "extract", "reflect")
 STALL_TIMEOUT_S = 600.0  # no progress for this long while waiting for the services: give up
 
 
-class ServiceProcess:
-    """``python -m services.<name>.main`` in this run's namespace, on a free port."""
-
-    def __init__(self, name: str, settings: Settings, log_dir: Path) -> None:
-        from gaama.devstack import free_port
-
-        self.name = name
-        self.port = free_port()
-        self.log_path = log_dir / f"{name}.log"
-        # The caller's environment (LLM settings included) with this run's namespace on top.
-        self.env = {
-            **os.environ,
-            "GAAMA_REDIS_URL": settings.redis_url,
-            "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-            "GAAMA_KEY_PREFIX": settings.key_prefix,
-            "GAAMA_INDEX_NAME": settings.index_name,
-            "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
-            "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
-            f"GAAMA_{name.upper()}_PORT": str(self.port),
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-        }
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.name}.main"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    async def wait_ready(self, within_s: float = 120) -> None:
-        import httpx
-
-        deadline = time.monotonic() + within_s
-        async with httpx.AsyncClient(timeout=2) as client:
-            while time.monotonic() < deadline:
-                if self.proc is None or self.proc.poll() is not None:
-                    raise ConfigError(f"service {self.name} exited at start; see {self.log_path}")
-                with contextlib.suppress(httpx.HTTPError):
-                    r = await client.get(f"http://127.0.0.1:{self.port}/readyz")
-                    if r.status_code == 200:
-                        return
-                await asyncio.sleep(0.3)
-        raise ConfigError(f"service {self.name} not ready in {within_s:.0f}s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-
 async def start_services(settings: Settings) -> list[ServiceProcess]:
     """Create the run's topics and start ingest, extract and reflect; wait until all are ready."""
     from gaama.devstack import create_topics
 
     await create_topics(settings.kafka_bootstrap, settings.topic_partitions, settings.topic_prefix)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-locomo-services-"))
-    procs = [ServiceProcess(name, settings, log_dir) for name in SERVICES]
+    # inherit: an LLM configured in the caller's environment reaches the services
+    procs = [ServiceProcess(name, settings, log_dir, inherit=True) for name in SERVICES]
     try:
-        for p in procs:
-            p.start()
-        await asyncio.gather(*(p.wait_ready() for p in procs))
+        await asyncio.gather(*(p.astart() for p in procs))
     except BaseException:
         for p in procs:
             p.stop()
@@ -572,6 +497,7 @@ async def run(
                 ReflectDeps(s, stores.graph, stores.index, stores.embedder, extractor)
             )
             for conv in conversations:
+                extractor.tenant = tenants[conv.sample_id]
                 await ingest_in_process(
                     conv, tenants[conv.sample_id], stores, extract, reflect, bar
                 )
@@ -579,7 +505,11 @@ async def run(
 
     t1 = time.perf_counter()
     stats = await graph_stats(stores, list(tenants.values()))
-    raw = len(extractor.raw_labels) if extractor is not None else None
+    raw = (
+        sum(len(labels) for labels in extractor.labels_by_tenant.values())
+        if extractor is not None
+        else None
+    )
     dup = {
         "raw_labels": raw,
         "after_canonicalisation": stats["concepts"],
@@ -764,7 +694,8 @@ def _duplicates_line(doc: dict[str, Any]) -> list[str]:
         return []
     return [
         "",
-        f"Concept canonicalisation: the extractor proposed {dup['raw_labels']} distinct labels; "
+        "Concept canonicalisation: summed over the tenants (concepts are per tenant), the "
+        f"extractor proposed {dup['raw_labels']} distinct labels; "
         f"{dup['after_canonicalisation']} concepts were stored, so {dup['removed']} labels were "
         "merged into an existing concept as near-duplicates (same lemmas, string similarity, or "
         "embedding similarity; per tenant).",

@@ -21,8 +21,6 @@ import json
 import os
 import platform
 import shlex
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,8 +37,9 @@ from tqdm import tqdm
 
 from gaama.bench import bench_subparsers
 from gaama.bench.synthetic import Batch, SyntheticGraph, query_texts
-from gaama.config import ApiKey, Settings, hash_api_key, load_settings
+from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
+from gaama.launch import ServiceProcess
 from gaama.store.graph import VECTOR_FIELD, GraphStore, node_mapping
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -115,78 +114,6 @@ def servers(
             yield stack.redis_url, stack.kafka_bootstrap
         finally:
             stack.stop()
-
-
-class Service:
-    """``python -m services.<name>.main`` with the run's settings as environment, on a free
-    port; output goes to a log file named in errors."""
-
-    def __init__(self, name: str, settings: Settings, log_dir: Path, **extra: str) -> None:
-        from gaama.devstack import free_port
-
-        self.name = name
-        self.port = free_port()
-        self.log_path = log_dir / f"{name}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
-        env.update(
-            {
-                "GAAMA_REDIS_URL": settings.redis_url,
-                "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
-                "GAAMA_KEY_PREFIX": settings.key_prefix,
-                "GAAMA_INDEX_NAME": settings.index_name,
-                "GAAMA_TOPIC_PREFIX": settings.topic_prefix,
-                "GAAMA_TOPIC_PARTITIONS": str(settings.topic_partitions),
-                "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
-                f"GAAMA_{name.upper()}_PORT": str(self.port),
-                "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1",
-                "PYTHONUNBUFFERED": "1",
-            }
-        )
-        env.update(extra)
-        self.env = env
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log_path.open("ab") as log:
-            return subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.name}.main"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-            )
-
-    async def start(self, within_s: float = 180) -> Service:
-        import httpx
-
-        self.proc = self._spawn()
-        deadline = time.monotonic() + within_s
-        async with httpx.AsyncClient(timeout=2) as client:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise ConfigError(f"{self.name} service exited at start; see {self.log_path}")
-                with contextlib.suppress(httpx.HTTPError):
-                    if (await client.get(f"{self.url}/readyz")).status_code == 200:
-                        return self
-                await asyncio.sleep(0.3)
-        self.stop()
-        raise ConfigError(f"{self.name} service not ready in {within_s:.0f}s; see {self.log_path}")
-
-    def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        os.killpg(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-            self.proc.wait(timeout=10)
 
 
 # --- loading ----------------------------------------------------------------------------------
@@ -401,7 +328,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
     loads: dict[int, dict[str, Any]] = {}
     not_run: dict[str, str] = {}
     runs: list[dict[str, Any]] = []
-    service: Service | None = None
+    service: ServiceProcess | None = None
     try:
         for n in sorted(opts.sizes):
             if loads:
@@ -425,7 +352,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
                 file=sys.stderr,
             )
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
-        service = await Service("query", settings, log_dir).start()
+        service = await ServiceProcess("query", settings, log_dir).astart(180)
         texts = query_texts(4096)
         for n in sorted(loads):
             for mode in opts.modes:  # warm-up: model, connections, Redis caches
