@@ -1,0 +1,47 @@
+"""Embedders: the OpenAI option through the real ``openai`` client, and the dimension checks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from gaama.config import load_settings
+from gaama.embed import MiniLMEmbedder, OpenAIEmbedder, build_embedder
+from gaama.errors import ConfigError
+from tests.fakes.openai_server import FakeOpenAIServer
+
+
+async def test_openai_embedder_batches_and_normalises():
+    with FakeOpenAIServer() as srv:
+        s = load_settings(
+            embedder="openai",
+            llm_base_url=srv.base_url,
+            llm_model="fake",
+            embed_dim=16,
+            embed_batch=3,
+        )
+        emb = build_embedder(s)
+        assert isinstance(emb, OpenAIEmbedder)
+        out = await emb.embed([f"text {i}" for i in range(7)])
+        await emb.aclose()
+        batches = [r["input"] for r in srv.requests if "input" in r]
+    assert out.shape == (7, 16)
+    assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-5)
+    assert [len(b) for b in batches] == [3, 3, 1]
+
+
+async def test_openai_embedder_rejects_a_wrong_dimension():
+    with FakeOpenAIServer() as srv:
+        s = load_settings(
+            embedder="openai", llm_base_url=srv.base_url, llm_model="fake", embed_dim=32
+        )
+        emb = build_embedder(s)
+        with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM"):
+            await emb.embed(["x"])
+        await emb.aclose()
+
+
+def test_minilm_dimension_mismatch_is_a_config_error():
+    with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM=128"):
+        build_embedder(load_settings(embed_dim=128))
+    assert isinstance(build_embedder(load_settings()), MiniLMEmbedder)
