@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tqdm import tqdm
 
-from gaama.bench import locomo
+from gaama.bench import locomo, locomo_report
 from gaama.bench.locomo_data import load_locomo, parse_samples, parse_session_time
 from gaama.config import Settings
 from gaama.extract.offline import OfflineExtractor
@@ -232,7 +232,7 @@ def test_cli_end_to_end(
     assert "| **gaama** | all 1–4 |" in table and "R@60w" in table
     text = docs.read_text()
     assert "<!-- query:begin -->\nother\n<!-- query:end -->" in text
-    assert text.count(locomo.DOCS_BEGIN) == 1 and "| **flat** |" in text
+    assert text.count(locomo_report.DOCS_BEGIN) == 1 and "| **flat** |" in text
     assert "gaama bench locomo --data" in text
     # Someone else's Redis: the run leaves none of its keys behind.
     r = redis.Redis.from_url(stack.redis_url)
@@ -256,7 +256,7 @@ def test_cli_end_to_end(
         )
         == 0
     )
-    assert docs.read_text().count(locomo.DOCS_BEGIN) == 1
+    assert docs.read_text().count(locomo_report.DOCS_BEGIN) == 1
 
 
 def _cli(argv: list[str]) -> int:

@@ -39,12 +39,18 @@ from tqdm import tqdm
 from gaama.bench import bench_subparsers
 from gaama.bench.entity_ppr import EntityGraph, Passage
 from gaama.bench.locomo_data import CATEGORIES, Conversation, Question, load_locomo
+from gaama.bench.locomo_kafka import (
+    EXTRACTOR_UNKNOWN,
+    ingest_via_kafka,
+    start_services,
+)
+from gaama.bench.locomo_report import docs_section, markdown_table, write_docs
 from gaama.bench.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.episodes import episode_node, episode_stored
 from gaama.errors import ConfigError, ValidationError
-from gaama.events import EpisodeStored, FactsExtracted
+from gaama.events import EpisodeStored
 from gaama.extract.base import Extractor
 from gaama.extract.factory import build_extractor
 from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
@@ -69,7 +75,6 @@ if TYPE_CHECKING:
     from gaama.bench import SubParsers
 
 MODES = ("flat", "semantic", "gaama", "entity-ppr")
-DOCS_BEGIN, DOCS_END = "<!-- locomo:begin -->", "<!-- locomo:end -->"
 RANK_K = max(KS)
 
 
@@ -153,152 +158,6 @@ async def ingest_in_process(
         for fx in await extract.on_episode(ev):
             await reflect.on_facts(fx)
         bar.update(1)
-
-
-# --- the broker path (--via-kafka) -----------------------------------------------------------
-
-EXTRACTOR_UNKNOWN = "unknown"
-SERVICES = ("ingest", "extract", "reflect")
-STALL_TIMEOUT_S = 600.0  # no progress for this long while waiting for the services: give up
-
-
-async def start_services(settings: Settings) -> list[ServiceProcess]:
-    """Create the run's topics and start ingest, extract and reflect; wait until all are ready."""
-    from gaama.devstack import create_topics
-
-    await create_topics(settings.kafka_bootstrap, settings.topic_partitions, settings.topic_prefix)
-    log_dir = Path(tempfile.mkdtemp(prefix="gaama-locomo-services-"))
-    # inherit: an LLM configured in the caller's environment reaches the services
-    procs = [ServiceProcess(name, settings, log_dir, inherit=True) for name in SERVICES]
-    try:
-        await asyncio.gather(*(p.astart() for p in procs))
-    except BaseException:
-        for p in procs:
-            p.stop()
-        raise
-    return procs
-
-
-async def ingest_via_kafka(
-    settings: Settings,
-    graph: GraphStore,
-    chunks: ChunkStore,
-    conversations: list[Conversation],
-    tenants: dict[str, str],
-    bar: tqdm[Any],
-) -> str:
-    """Produce every turn to the turns topic and wait until the graph is complete.
-
-    Complete means: every episode stored and extracted (no open chunk), every chunk's
-    FactsExtracted read back from the facts topic, and each chunk with new facts reflected on.
-
-    Returns:
-        The extractor the services used (from the FactsExtracted events).
-    """
-    from aiokafka import AIOKafkaProducer
-
-    from gaama.events import TOPIC_TURNS, conversation_key, encode, topic_name
-
-    producer = AIOKafkaProducer(
-        bootstrap_servers=settings.kafka_bootstrap_servers, acks="all", request_timeout_ms=30000
-    )
-    await producer.start()
-    try:
-        topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
-        for conv in conversations:
-            tenant = tenants[conv.sample_id]
-            key = conversation_key(tenant, conv.sample_id)
-            for turn in conv.turn_events(tenant):
-                await producer.send(topic, value=encode(turn), key=key)
-        await producer.flush()
-    finally:
-        await producer.stop()
-    return await _wait_complete(settings, graph, chunks, conversations, tenants, bar)
-
-
-async def _wait_complete(
-    settings: Settings,
-    graph: GraphStore,
-    chunks: ChunkStore,
-    conversations: list[Conversation],
-    tenants: dict[str, str],
-    bar: tqdm[Any],
-) -> str:
-    from aiokafka import AIOKafkaConsumer, TopicPartition
-
-    from gaama.events import TOPIC_FACTS, decode, topic_name
-
-    consumer = AIOKafkaConsumer(
-        bootstrap_servers=settings.kafka_bootstrap_servers, enable_auto_commit=False, group_id=None
-    )
-    await consumer.start()
-    facts: dict[tuple[str, str], FactsExtracted] = {}  # (tenant, chunk id) -> event
-    ours = set(tenants.values())
-    try:
-        topic = topic_name(TOPIC_FACTS, settings.topic_prefix)
-        await consumer.topics()  # fetch metadata: partitions are unknown until then
-        parts = consumer.partitions_for_topic(topic) or set()
-        if not parts:
-            raise ConfigError(f"topic {topic} does not exist; run `gaama dev up` or create it")
-        tps = [TopicPartition(topic, p) for p in sorted(parts)]
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, 0)  # explicit offsets: no ListOffsets (see ARCHITECTURE §3)
-        done_before, last_progress = -1, time.monotonic()
-        while True:
-            for msgs in (await consumer.getmany(timeout_ms=300)).values():
-                for m in msgs:
-                    ev = decode(FactsExtracted, m.value)
-                    if ev.tenant in ours:
-                        facts[(ev.tenant, ev.chunk_id)] = ev
-            done, complete = await _progress(graph, chunks, conversations, tenants, facts)
-            bar.update(done - bar.n)
-            if complete:
-                break
-            if done != done_before:
-                done_before, last_progress = done, time.monotonic()
-            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                raise ConfigError(
-                    f"the services made no progress for {STALL_TIMEOUT_S:.0f}s "
-                    f"({done} of {bar.total} turns extracted); are ingest, "
-                    f"extract and reflect running in this namespace?"
-                )
-            await asyncio.sleep(0.5)
-    finally:
-        await consumer.stop()
-    names = {ev.extractor for ev in facts.values()}
-    return names.pop() if len(names) == 1 else ",".join(sorted(names)) or EXTRACTOR_UNKNOWN
-
-
-async def _progress(
-    graph: GraphStore,
-    chunks: ChunkStore,
-    conversations: list[Conversation],
-    tenants: dict[str, str],
-    facts: dict[tuple[str, str], FactsExtracted],
-) -> tuple[int, bool]:
-    """(turns extracted so far, whether the whole graph is complete)."""
-    extracted, complete = 0, True
-    for conv in conversations:
-        tenant = tenants[conv.sample_id]
-        ids = await graph.chain(tenant, conv.sample_id)
-        marks = await graph.get_fields(tenant, ids, ["chunk"]) if ids else {}
-        chunk_ids = {m[0].decode() for m in marks.values() if m[0] is not None}
-        extracted += sum(1 for m in marks.values() if m[0] is not None)
-        if (
-            len(ids) < conv.n_turns
-            or await chunks.episodes(tenant, conv.sample_id)
-            or any(m[0] is None for m in marks.values())
-        ):
-            complete = False
-            continue
-        for c in chunk_ids:
-            ev = facts.get((tenant, c))
-            if ev is None or (
-                ev.new_fact_ids and await graph.get_state(tenant, f"reflected:{c}") is None
-            ):
-                complete = False
-    return extracted, complete
 
 
 # --- asking ----------------------------------------------------------------------------------
@@ -606,113 +465,6 @@ def report(opts: Options, result: RunResult) -> dict[str, Any]:
         "command": opts.command,
         "date": datetime.now(UTC).strftime("%Y-%m-%d"),
     }
-
-
-def _fmt(v: Any, digits: int = 3) -> str:
-    if v is None:
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
-
-
-def markdown_table(doc: dict[str, Any]) -> str:
-    """Modes × (overall, categories) with the recall, words and latency columns."""
-    judged = any(r["overall"].get("reward") is not None for r in doc["modes"].values())
-    head = [
-        "mode",
-        "questions",
-        "R@5",
-        "R@10",
-        "R@20",
-        f"R@{doc['budget']}w",
-        "n",
-        "words",
-        "ms mean / p50",
-    ] + (["reward", "J"] if judged else [])
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    names = {
-        "overall": "all 1–4",
-        "cat1": "1 multi-hop",
-        "cat2": "2 temporal",
-        "cat3": "3 open-domain",
-        "cat4": "4 single-hop",
-    }
-    for mode, rows in doc["modes"].items():
-        for scope, name in names.items():
-            r = rows[scope]
-            cells = [
-                f"**{mode}**" if scope == "overall" else mode,
-                name,
-                *(_fmt(r[f"R@{k}"]) for k in KS),
-                _fmt(r["R@budget"]),
-                _fmt(r["n"]),
-                _fmt(r["words"], 0),
-                f"{_fmt(r['latency_ms'], 1)} / {_fmt(r['latency_p50_ms'], 1)}",
-            ]
-            if judged:
-                cells += [_fmt(r.get("reward")), _fmt(r.get("J"))]
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def docs_section(doc: dict[str, Any]) -> str:
-    g = doc["graph"]
-    edges = ", ".join(f"{k} {v}" for k, v in g["edges"].items())
-    secs = doc["seconds"]
-    return "\n".join(
-        [
-            DOCS_BEGIN,
-            "## LoCoMo evidence recall",
-            "",
-            f"Run on {doc['date']} with `{doc['command']}` (extractor: {doc['extractor']}; "
-            f"conversations {', '.join(doc['conversations'])}; {doc['questions']} questions of "
-            f"categories 1–4, {doc['skipped_no_evidence']} skipped for lack of usable evidence; "
-            f"word budget {doc['budget']}).",
-            "",
-            "R@k: share of a question's evidence turns covered by the first k ranked items "
-            "(an episode covers its turn, a fact its source turns, a reflection none), averaged; "
-            f"R@{doc['budget']}w: the same over the packed memory. Latency is per query, "
-            "question embedding included.",
-            "",
-            markdown_table(doc),
-            "",
-            f"Graph: {g['episodes']} episodes, {g['facts']} facts, {g['concepts']} concepts, "
-            f"{g['reflections']} reflections; edges: {edges}. "
-            f"Wall time: {secs.get('total', 0):.0f} s ({secs.get('ingest', 0):.0f} s ingest + "
-            f"extraction, {secs.get('questions', 0):.0f} s questions).",
-            *_duplicates_line(doc),
-            DOCS_END,
-        ]
-    )
-
-
-def _duplicates_line(doc: dict[str, Any]) -> list[str]:
-    """Concept canonicalisation, measured: distinct labels proposed vs concepts stored."""
-    dup = doc.get("concept_duplicates") or {}
-    if dup.get("raw_labels") is None:
-        return []
-    return [
-        "",
-        "Concept canonicalisation: summed over the tenants (concepts are per tenant), the "
-        f"extractor proposed {dup['raw_labels']} distinct labels; "
-        f"{dup['after_canonicalisation']} concepts were stored, so {dup['removed']} labels were "
-        "merged into an existing concept as near-duplicates (same lemmas, string similarity, or "
-        "embedding similarity; per tenant).",
-    ]
-
-
-def write_docs(path: Path, section: str) -> None:
-    """Replace the marked LoCoMo section of ``path`` (create the file, or append, if absent)."""
-    text = path.read_text(encoding="utf-8") if path.exists() else ""
-    if DOCS_BEGIN in text and DOCS_END in text:
-        head, rest = text.split(DOCS_BEGIN, 1)
-        tail = rest.split(DOCS_END, 1)[1]
-        text = head + section + tail
-    else:
-        text = (text.rstrip() + "\n\n" if text.strip() else "") + section + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text, encoding="utf-8")
 
 
 # --- servers and wiring ----------------------------------------------------------------------
