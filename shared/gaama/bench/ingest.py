@@ -298,8 +298,10 @@ def docs_section(doc: dict[str, Any]) -> str:
             f"{doc['batch_mean_ms']:.0f} | "
             f"{'yes' if doc['chains_in_order'] else '**no**'} |",
             "",
-            f"Ceiling: MiniLM batch encode ≈ {doc['ceiling_texts_per_s']:.0f} texts/s here "
-            f"(ARCHITECTURE.md §4); end to end reaches {doc['share_of_ceiling']:.0%} of it. "
+            "Embedding is the bound: ARCHITECTURE.md §4 lists MiniLM batch encoding at "
+            f"≈ {doc['ceiling_texts_per_s']:.0f} texts/s on a machine of this kind; end to end "
+            f"this run ingested {doc['share_of_ceiling']:.0%} of that rate (the machine's load "
+            "varies between runs). "
             "Batch p50 is interpolated from the service's `gaama_ingest_batch_seconds` histogram "
             "buckets.",
             *(["", *doc["notes"]] if doc.get("notes") else []),
