@@ -99,6 +99,7 @@ async def test_index_dimension_is_checked(redis_client, keys, index: VectorIndex
 async def test_delete_tenant(graph: GraphStore, embedder):
     [v] = await embedder.embed(["x"])
     await graph.append_episode(episode("gone", "c", "1", "x", v.tolist()))
+    await graph.append_episode(episode("gone", "c", "2", "y", v.tolist()))
     await graph.append_episode(episode("kept", "c", "1", "x", v.tolist()))
     assert await graph.delete_tenant("gone") >= 3
     assert await graph.chain("gone", "c") == []

@@ -132,7 +132,6 @@ def _queue_batch(pipe: Any, keys: Keys, tenant: str, batch: Batch) -> None:
     for conv, members in by_conv.items():
         pipe.zadd(keys.chain(tenant, conv), members)
         # A conversation is never split across batches, so its last member is the tail.
-        pipe.set(keys.tail(tenant, conv), max(members, key=lambda e: members[e]))
 
 
 async def used_memory(redis: aioredis.Redis) -> int:

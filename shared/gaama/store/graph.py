@@ -36,7 +36,7 @@ _TEXT_FIELDS = (
     "sources",
 )
 
-# KEYS: node, chain, tail, adj(new); ARGV: id, adj-key prefix, weight, then field/value pairs.
+# KEYS: node, chain, adj(new); ARGV: id, adj-key prefix, weight, then field/value pairs.
 # Returns 1 when the episode was appended, 0 when it already existed (a redelivery).
 _APPEND_EPISODE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
@@ -47,13 +47,13 @@ for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'seq'
 fields[#fields + 1] = tostring(pos)
 redis.call('HSET', KEYS[1], unpack(fields))
-local prev = redis.call('GET', KEYS[3])
+-- the tail of the chain is its highest-scored member: no separate tail key to keep in step
+local prev = redis.call('ZRANGE', KEYS[2], -1, -1)[1]
 if prev then
   redis.call('HSET', ARGV[2] .. prev, id, 'NEXT|o|' .. ARGV[3])
-  redis.call('HSET', KEYS[4], prev, 'NEXT|i|' .. ARGV[3])
+  redis.call('HSET', KEYS[3], prev, 'NEXT|i|' .. ARGV[3])
 end
 redis.call('ZADD', KEYS[2], pos, id)
-redis.call('SET', KEYS[3], id)
 return 1
 """
 
@@ -219,7 +219,6 @@ class GraphStore:
         keys = [
             self.keys.node(t, node.id),
             self.keys.chain(t, conv),
-            self.keys.tail(t, conv),
             self.keys.adj(t, node.id),
         ]
         try:

@@ -6,7 +6,6 @@ Every key of a tenant carries the tenant as a cluster hash tag, so one tenant's 
     <p>:node:{<tenant>}:<id>          hash: the node (and, for the vector index, its embedding)
     <p>:adj:{<tenant>}:<id>           hash: neighbour id -> "<EDGE_KIND>|o|<w>" or "...|i|<w>"
     <p>:chain:{<tenant>}:<conv>       zset: episode ids of a conversation scored by position
-    <p>:tail:{<tenant>}:<conv>        string: last episode id of the conversation
     <p>:state:{<tenant>}:<name>       pipeline state (open chunks, dedupe markers)
 """
 
@@ -36,16 +35,12 @@ class Keys:
     def chain(self, tenant: str, conversation: str) -> str:
         return f"{self.prefix}:chain:{{{tenant}}}:{conversation}"
 
-    def tail(self, tenant: str, conversation: str) -> str:
-        return f"{self.prefix}:tail:{{{tenant}}}:{conversation}"
-
     def state(self, tenant: str, *name: str) -> str:
         return f"{self.prefix}:state:{{{tenant}}}:" + ":".join(name)
 
     def tenant_patterns(self, tenant: str) -> list[str]:
         return [
-            f"{self.prefix}:{kind}:{{{tenant}}}:*"
-            for kind in ("node", "adj", "chain", "tail", "state")
+            f"{self.prefix}:{kind}:{{{tenant}}}:*" for kind in ("node", "adj", "chain", "state")
         ]
 
     def id_from_node_key(self, key: str) -> str:
