@@ -72,6 +72,11 @@ def derived_turn_id(timestamp: str, speaker: str, text: str) -> str:
     return "h_" + _digest(timestamp, speaker, text)[:16]
 
 
+def kind_prefix(kind: NodeKind) -> str:
+    """The id prefix of a kind (``co`` for concepts: their ids start ``co_``)."""
+    return _PREFIX[kind]
+
+
 def kind_of(node: str) -> NodeKind:
     """Node kind from an id's prefix; raises ``ValueError`` for a malformed id."""
     prefix = node.split("_", 1)[0]

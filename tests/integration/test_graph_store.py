@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gaama import ids
 from gaama.errors import DimensionMismatch, ValidationError
-from gaama.model import Edge, EdgeKind, Node, NodeKind
+from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
 from gaama.store.graph import GraphStore
-from gaama.store.vectors import VectorIndex
+from gaama.store.vectors import VectorIndex, _key_dist
 
 pytestmark = pytest.mark.requires_stack
 
@@ -121,3 +122,132 @@ async def test_out_of_memory_is_transient_not_poison(graph: GraphStore, redis_cl
     finally:
         await redis_client.config_set("maxmemory", 0)
     assert await graph.append_episode(episode("oom", "c", "1", "x", v.tolist()))
+
+
+def _node(tenant: str, kind: NodeKind, name: str, conv: str = "", **extra: str) -> Node:
+    return Node(
+        id=ids.node_id(tenant, kind, name),
+        tenant=tenant,
+        kind=kind,
+        text=f"text of {name}",
+        conversation=conv,
+        turn_id=f"turn-{name}" if kind is NodeKind.EPISODE else "",
+        extra=dict(extra),
+    )
+
+
+async def _star_and_chain(graph: GraphStore, t: str) -> dict[str, Node]:
+    """f0 → e1 (DERIVED_FROM, w 1.0), f0 → c (ABOUT_CONCEPT, w 0.9), f0 → hub (ABOUT_CONCEPT,
+    w 0.5); e1 → e2 (NEXT); f2 (conversation c1, w 1.0) and f3 (c2, w 0.9) → c; 60 more facts →
+    hub."""
+    n = {name: _node(t, NodeKind.FACT, name, "c1") for name in ("f0", "f2")}
+    n["f3"] = _node(t, NodeKind.FACT, "f3", "c2")
+    n |= {name: _node(t, NodeKind.EPISODE, name, "c1") for name in ("e1", "e2")}
+    n |= {name: _node(t, NodeKind.CONCEPT, name) for name in ("c", "hub")}
+    spokes = [_node(t, NodeKind.FACT, f"s{i}", "c1") for i in range(60)]
+    edges = [
+        Edge(n["f0"].id, n["e1"].id, EdgeKind.DERIVED_FROM, 1.0),
+        Edge(n["f0"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),
+        Edge(n["f0"].id, n["hub"].id, EdgeKind.ABOUT_CONCEPT, 0.5),
+        Edge(n["e1"].id, n["e2"].id, EdgeKind.NEXT, 1.0),
+        Edge(n["f2"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 1.0),
+        Edge(n["f3"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),
+        *(Edge(s.id, n["hub"].id, EdgeKind.ABOUT_CONCEPT, 1.0) for s in spokes),
+    ]
+    await graph.write(t, [*n.values(), *spokes], edges)
+    return n
+
+
+async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphStore):
+    t = "acme"
+    n = await _star_and_chain(graph, t)
+    name = {node.id: k for k, node in n.items()}
+    common = {"hops": 2, "hub_degree": 50, "type_weights": EDGE_TYPE_WEIGHTS}
+    sub = await graph.expand(t, [n["f0"].id], max_nodes=500, **common)
+    got = [name.get(i, "spoke") for i in sub.nodes]
+    # seed first; the first ring heaviest walk weight first; the hub is reached, not expanded
+    assert got == ["f0", "e1", "c", "hub", "e2", "f2", "f3"]
+    assert dict(zip(got, sub.degrees.tolist(), strict=True))["hub"] == 61
+    pairs = {frozenset((got[int(i)], got[int(j)])): round(w, 6) for i, j, w in sub.edges.tolist()}
+    assert pairs == {
+        frozenset(("f0", "e1")): 0.8,  # type weight 0.8 × stored 1.0²
+        frozenset(("f0", "c")): round(0.8 * 0.81, 6),
+        frozenset(("f0", "hub")): round(0.8 * 0.25, 6),
+        frozenset(("e1", "e2")): 0.8,
+        frozenset(("c", "f2")): 0.8,
+        frozenset(("c", "f3")): round(0.8 * 0.81, 6),
+    }
+    # the cap admits nodes in that order
+    capped = await graph.expand(t, [n["f0"].id], max_nodes=3, **common)
+    assert [name[i] for i in capped.nodes] == ["f0", "e1", "c"]
+    # a scope drops facts and episodes outside it; concepts stay as bridges
+    scoped = await graph.expand(t, [n["f0"].id], max_nodes=500, conversation="c1", **common)
+    assert [name[i] for i in scoped.nodes] == ["f0", "e1", "c", "hub", "e2", "f2"]
+    # one hop
+    one = await graph.expand(t, [n["f0"].id], max_nodes=500, **{**common, "hops": 1})
+    assert [name[i] for i in one.nodes] == ["f0", "e1", "c", "hub"]
+    # another tenant's seed id reaches nothing of this tenant's
+    other = await graph.expand("other", [n["f0"].id], max_nodes=500, **common)
+    assert other.nodes == [n["f0"].id] and other.edges.size == 0
+
+
+async def test_describe_resolves_text_and_provenance_in_one_read(graph: GraphStore, embedder):
+    t = "acme"
+    vecs = await embedder.embed(["one", "two"])
+    e1 = episode(t, "c", "t1", "Ann: one", vecs[0].tolist())
+    e2 = episode(t, "c", "t2", "Bob: two", vecs[1].tolist())
+    for e in (e1, e2):
+        await graph.append_episode(e)
+    with_field = _node(t, NodeKind.FACT, "fa", "c", sources=f"{e1.id},{e2.id}")
+    bare = _node(t, NodeKind.FACT, "fb", "c")  # no sources field: its edges say
+    refl = _node(t, NodeKind.REFLECTION, "r", "c")
+    await graph.write(
+        t,
+        [with_field, bare, refl],
+        [
+            Edge(with_field.id, e1.id, EdgeKind.DERIVED_FROM),
+            Edge(with_field.id, e2.id, EdgeKind.DERIVED_FROM),
+            Edge(bare.id, e2.id, EdgeKind.DERIVED_FROM),
+            Edge(refl.id, with_field.id, EdgeKind.DERIVED_FROM_FACT),
+            Edge(refl.id, bare.id, EdgeKind.DERIVED_FROM_FACT),
+        ],
+    )
+    ids_ = [e1.id, with_field.id, bare.id, refl.id, "fa_missing"]
+    views = await graph.describe(t, ids_)
+    assert set(views) == set(ids_) - {"fa_missing"}
+    assert views[e1.id].text == "Ann: one" and views[e1.id].seq == 0
+    assert views[e1.id].provenance == [(e1.id, "t1")]
+    assert views[with_field.id].provenance == [(e1.id, "t1"), (e2.id, "t2")]
+    assert views[bare.id].provenance == [(e2.id, "t2")]
+    # a reflection's turns are its facts' sources, each once
+    assert sorted(views[refl.id].provenance) == sorted([(e1.id, "t1"), (e2.id, "t2")])
+    # another tenant sees none of it
+    assert await graph.describe("other", ids_) == {}
+
+
+async def test_similarities_are_exact_and_scoped_to_the_tenant(
+    graph: GraphStore, index: VectorIndex, embedder
+):
+    texts = ["I love pottery", "We went camping", "My dog is called Rex"]
+    vecs = await embedder.embed(texts)
+    pairs = enumerate(zip(texts, vecs, strict=True))
+    eps = [episode("acme", "c", str(i), t, v.tolist()) for i, (t, v) in pairs]
+    theirs = episode("other", "c", "0", texts[0], vecs[0].tolist())
+    for e in [*eps, theirs]:
+        await graph.append_episode(e)
+    [q] = await embedder.embed(["pottery class"])
+    got = await index.similarities("acme", q, [e.id for e in eps] + [theirs.id, "ep_missing"])
+    assert set(got) == {e.id for e in eps}  # the other tenant's node and the missing one: absent
+    for e, v in zip(eps, vecs, strict=True):
+        want = float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q)))
+        assert abs(got[e.id] - want) < 1e-5
+    assert await index.similarities("acme", q, []) == {}
+
+
+def test_search_replies_parse_in_both_protocols():
+    resp3 = {
+        b"total_results": 1,
+        b"results": [{b"id": b"p:node:{t}:ep_1", b"extra_attributes": {b"dist": b"0.25"}}],
+    }
+    resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25"]]
+    assert _key_dist(resp3) == _key_dist(resp2) == [("p:node:{t}:ep_1", 0.25)]

@@ -41,7 +41,9 @@ def edge_weight(kind: EdgeKind, stored: float) -> float:
     return EDGE_TYPE_WEIGHTS[kind] * stored * stored
 
 
-def symmetric_adjacency(n: int, edges: Sequence[tuple[int, int, float]]) -> sparse.csr_matrix:
+def symmetric_adjacency(
+    n: int, edges: Sequence[tuple[int, int, float]] | np.ndarray
+) -> sparse.csr_matrix:
     """An ``n × n`` symmetric CSR matrix from undirected ``(i, j, weight)`` edges.
 
     Both directions are stored so the walk follows every edge either way. An edge listed twice
@@ -50,14 +52,14 @@ def symmetric_adjacency(n: int, edges: Sequence[tuple[int, int, float]]) -> spar
 
     Args:
         n: Number of nodes.
-        edges: ``(i, j, w)`` with ``0 <= i, j < n``.
+        edges: ``(i, j, w)`` with ``0 <= i, j < n`` (tuples or an ``(m, 3)`` array).
 
     Returns:
         The weighted adjacency.
     """
-    if not edges:
-        return sparse.csr_matrix((n, n), dtype=np.float64)
     arr = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
+    if not arr.size:
+        return sparse.csr_matrix((n, n), dtype=np.float64)
     i, j, w = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
     keep = (i != j) & (w > 0)
     lo, hi, w = np.minimum(i, j)[keep], np.maximum(i, j)[keep], w[keep]
@@ -93,16 +95,22 @@ def transition_matrix(
         ``P`` with row sums 1 (ordinary nodes), ``hub_dampening`` (hubs) or 0 (dangling).
     """
     adj = sparse.csr_matrix(adjacency, dtype=np.float64)
+    scale, _ = _row_scale(adj, degrees, hub_degree, hub_dampening)
+    return sparse.csr_matrix(sparse.diags(scale) @ adj)
+
+
+def _row_scale(
+    adj: sparse.csr_matrix, degrees: np.ndarray | None, hub_degree: int, hub_dampening: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """``P = diag(scale) · W``: per row, 1/row-sum (0 if dangling), times the dampening for
+    hubs. Also returns the row sums of ``W``."""
     row_sums = np.asarray(adj.sum(axis=1)).ravel()
-    scale = np.zeros_like(row_sums)
-    nonzero = row_sums > 0
-    scale[nonzero] = 1.0 / row_sums[nonzero]
+    scale = np.divide(1.0, row_sums, out=np.zeros_like(row_sums), where=row_sums > 0)
     if degrees is None:
         degrees = np.diff(adj.indptr)
-    hubs = np.asarray(degrees) > hub_degree
     # Dampening multiplies the already-normalised row, so it cannot be normalised away.
-    scale[hubs] *= hub_dampening
-    return sparse.csr_matrix(sparse.diags(scale) @ adj)
+    scale[np.asarray(degrees) > hub_degree] *= hub_dampening
+    return scale, row_sums
 
 
 def personalized_pagerank(
@@ -143,16 +151,18 @@ def personalized_pagerank(
     total = s.sum()
     s = s / total if total > 0 else np.full(n, 1.0 / n)
 
-    p = transition_matrix(
-        adjacency, degrees=degrees, hub_degree=hub_degree, hub_dampening=hub_dampening
-    )
-    pt = sparse.csr_matrix(p.T)
-    kept_back = 1.0 - np.asarray(p.sum(axis=1)).ravel()  # per row: mass returned to restart
-
+    # P = diag(scale)·W is never built: Pᵀx = Wᵀ(scale ∘ x), one sparse product per step.
+    adj = sparse.csr_matrix(adjacency, dtype=np.float64)
+    scale, row_sums = _row_scale(adj, degrees, hub_degree, hub_dampening)
+    kept_back = 1.0 - scale * row_sums  # per row: mass returned to restart
+    wt = sparse.csr_matrix(adj.T)
+    restart_part = (1.0 - alpha) * s
     x = s.copy()
     for it in range(1, max_iter + 1):
-        leak = float(kept_back @ x)
-        nxt = (1.0 - alpha) * s + alpha * (pt @ x + leak * s)
+        nxt = wt @ (scale * x)
+        nxt += float(kept_back @ x) * s
+        nxt *= alpha
+        nxt += restart_part
         delta = float(np.abs(nxt - x).sum())
         x = nxt
         if delta < tol:

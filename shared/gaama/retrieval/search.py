@@ -8,8 +8,8 @@ choices the paper leaves open, made here:
   ``pool = max(2 × k, pool_min, ⌈budget_words / 20⌉)``: twice the ranked items asked for, never
   below 80, and enough candidates (at ~20 words per item) for the semantic mode to fill a large
   word budget. At the defaults (k = 20, 1000 words) it is the paper's 80.
-- **Expansion** visits ``hops`` rings around the seeds, following edges both ways, with one
-  batched degree read and one batched adjacency read per hop. **Hubs (store degree >
+- **Expansion** visits ``hops`` rings around the seeds, following edges both ways, in one
+  server-side script call (:meth:`GraphStore.expand`). **Hubs (store degree >
   ``hub_degree``) are not expanded through**: their edges to nodes reached from elsewhere stay in
   the subgraph, their other neighbours never enter it. This is hub dampening applied to the walk's
   reach, and it keeps the subgraph bounded however large a tenant's hubs grow. The subgraph holds
@@ -48,7 +48,7 @@ from gaama.embed import Embedder
 from gaama.errors import ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QUERY_STAGES, QueryMetrics
-from gaama.model import EdgeKind, Neighbour, NodeKind
+from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
 from gaama.retrieval.pack import (
     RETURNED_KINDS,
     Caps,
@@ -62,11 +62,10 @@ from gaama.retrieval.pack import (
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.ppr import (
     PPRResult,
-    edge_weight,
     personalized_pagerank,
     symmetric_adjacency,
 )
-from gaama.store.graph import GraphStore
+from gaama.store.graph import GraphStore, NodeView
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
@@ -74,7 +73,6 @@ MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
 WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
-_FIELDS = ("text", "time", "conversation", "turn_id", "seq", "sources")
 
 
 @dataclass(slots=True)
@@ -98,9 +96,8 @@ class SearchResult:
 @dataclass(slots=True)
 class _Subgraph:
     nodes: list[str]
-    edges: list[tuple[int, int, float]]
+    edges: np.ndarray  # (i, j, walk weight) rows
     degrees: np.ndarray
-    adjacency: dict[str, list[Neighbour]]
 
 
 def pool_size(k: int, params: RetrievalSettings) -> int:
@@ -226,10 +223,16 @@ class Retriever:
         )
         lap("knn")
         sims = {h.id: h.similarity for h in hits}
-        ppr: dict[str, float] = {}
+        scores: dict[str, float] = {}
         sub: _Subgraph | None = None
         iterations = 0
-        if mode != "semantic" and hits:
+        # Text and provenance of the KNN candidates: one read, which in gaama mode runs while PPR
+        # computes (Redis and the PPR thread on different cores).
+        pool = [n for n in sims if _kind(n) in RETURNED_KINDS]
+        views: dict[str, NodeView] = {}
+        if mode == "semantic" or not hits:
+            views = await self.graph.describe(tenant, pool)
+        else:
             seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
             sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
             lap("expand")
@@ -237,34 +240,36 @@ class Retriever:
             restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
-            result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
+            pool_read = asyncio.ensure_future(self.graph.describe(tenant, pool))
+            try:
+                result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
+            finally:
+                views = await pool_read
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             lap("ppr")
             # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
             # less similar than every pool node, so only the graph can lift it — the
             # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
-            # Concepts are never returned, so their similarity is never needed.
-            missing = [n for n in sub.nodes if n not in sims and _kind(n) is not NodeKind.CONCEPT]
+            # Concepts are never returned, so their similarity is never needed. Their exact
+            # similarities (computed inside Redis) and their text are read side by side.
+            missing = [n for n in sub.nodes if n not in sims and _kind(n) in RETURNED_KINDS]
             missing.sort(key=lambda n: -scores[n])
             missing = missing[: p.expanded_candidates]
-            vecs = await self.graph.vectors(tenant, missing, self.embedder.dim)
-            for node, sim in zip(missing, _cosine(vecs, qvec), strict=True):
-                sims[node] = float(sim)
-            ppr = {n: v for n, v in scores.items() if n in sims}
-            expand_ms = timings["expand"]
-            lap("expand")
-            timings["expand"] += expand_ms
-
+            found, more = await asyncio.gather(
+                self.index.similarities(tenant, qvec, missing),
+                self.graph.describe(tenant, missing),
+            )
+            views.update(more)
+            for node in missing:
+                sims[node] = found.get(node, 0.0)  # no vector: no similarity
+        ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
         items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))
-        ranked = top_k(items, k)
-        eligible = capped(items, caps)
-        await self._fill(
-            tenant, {i.id: i for i in [*ranked, *eligible]}, sub.adjacency if sub else {}
-        )
-        ranked = [i for i in ranked if i.text]
-        memory = pack([i for i in eligible if i.text], caps)
+        for item in items:
+            _show(item, views.get(item.id))
+        ranked = [i for i in top_k(items, k) if i.text]
+        memory = pack([i for i in capped(items, caps) if i.text], caps)
         lap("pack")
         out = SearchResult(
             mode=mode,
@@ -287,121 +292,21 @@ class Retriever:
         subject: str | None,
         conversation: str | None,
     ) -> _Subgraph:
-        index = {n: i for i, n in enumerate(seeds)}
-        adjacency: dict[str, list[Neighbour]] = {}
-        degree: dict[str, int] = {}
-        frontier = list(seeds)
-        for _ in range(p.hops):
-            if not frontier or len(index) >= p.max_expanded:
-                break  # a full subgraph needs no more adjacency: its edges are all known
-            # Hubs are not expanded through: their edges to nodes reached from elsewhere stay,
-            # but their hundreds of other neighbours never enter the subgraph. This is hub
-            # dampening applied to the walk's reach, and it keeps the subgraph (and latency)
-            # bounded however large a tenant's graph and its hubs grow.
-            degs, adj = await self.graph.neighbours_below(tenant, frontier, p.hub_degree)
-            degree.update(degs)
-            adjacency.update(adj)
-            expand = [n for n in frontier if n in adj]
-            new: dict[str, None] = {}
-            for node in expand:
-                for nb in sorted(
-                    adjacency.get(node, ()), key=lambda n: (-edge_weight(n.kind, n.weight), n.node)
-                ):
-                    if nb.node not in index:
-                        new[nb.node] = None
-            fresh = list(new)
-            if subject or conversation:
-                fresh = await self._in_scope(tenant, fresh, subject, conversation)
-            fresh = fresh[: max(p.max_expanded - len(index), 0)]
-            for n in fresh:
-                index[n] = len(index)
-            frontier = fresh
-        edges = [
-            (index[u], index[nb.node], edge_weight(nb.kind, nb.weight))
-            for u, nbs in adjacency.items()
-            for nb in nbs
-            if nb.node in index
-        ]
-        outer = [n for n in index if n not in degree]
-        if outer:
-            degree.update(await self.graph.degrees(tenant, outer))
-        degrees = np.array([degree.get(n, 0) for n in index], dtype=np.int64)
-        return _Subgraph(list(index), edges, degrees, adjacency)
-
-    async def _in_scope(
-        self, tenant: str, ids: list[str], subject: str | None, conversation: str | None
-    ) -> list[str]:
-        check = [n for n in ids if _kind(n) is not NodeKind.CONCEPT]
-        if not check:
-            return ids
-        rows = await self.graph.get_fields(tenant, check, ["conversation", "subject"])
-        ok = {
-            n
-            for n, (conv, subj) in rows.items()
-            if (not conversation or _text(conv) == conversation)
-            and (not subject or _text(subj) == subject)
-        }
-        return [n for n in ids if n in ok or _kind(n) is NodeKind.CONCEPT]
-
-    async def _fill(
-        self, tenant: str, items: dict[str, Item], adjacency: dict[str, list[Neighbour]]
-    ) -> None:
-        """Text, time and provenance of the items that may be returned (≤ 4 round trips)."""
-        ids = list(items)
-        rows = await self.graph.get_fields(tenant, ids, _FIELDS)
-        turn_ids: dict[str, str] = {}
-        sources: dict[str, list[str]] = {}  # fact id -> source episode ids
-        for node, (text, t, conv, turn, seq, src) in rows.items():
-            item = items[node]
-            item.text, item.conversation = _text(text), _text(conv)
-            item.time = float(_text(t) or 0.0)
-            item.seq = int(_text(seq) or 0)
-            if item.kind is NodeKind.EPISODE:
-                turn_ids[node] = _text(turn)
-            elif item.kind is NodeKind.FACT:
-                sources[node] = [s for s in _text(src).split(",") if s]
-        # Reflections reach episodes through their facts' DERIVED_FROM_FACT edges.
-        refl = [n for n in rows if items[n].kind is NodeKind.REFLECTION]
-        # Facts written without a ``sources`` field fall back to their DERIVED_FROM edges.
-        bare = [f for f, src in sources.items() if not src]
-        need = [n for n in [*refl, *bare] if n not in adjacency]
-        if need:
-            adjacency = {**adjacency, **await self.graph.neighbours(tenant, need)}
-        for f in bare:
-            sources[f] = [
-                nb.node
-                for nb in adjacency.get(f, ())
-                if nb.kind is EdgeKind.DERIVED_FROM and nb.outgoing
-            ]
-        facts_of = {
-            r: [
-                nb.node
-                for nb in adjacency.get(r, ())
-                if nb.kind is EdgeKind.DERIVED_FROM_FACT and nb.outgoing
-            ]
-            for r in refl
-        }
-        more = sorted({f for fs in facts_of.values() for f in fs} - set(sources))
-        if more:
-            for f, (src,) in (await self.graph.get_fields(tenant, more, ["sources"])).items():
-                sources[f] = [s for s in _text(src).split(",") if s]
-        episodes = sorted({e for es in sources.values() for e in es} - set(turn_ids))
-        if episodes:
-            for e, (turn,) in (await self.graph.get_fields(tenant, episodes, ["turn_id"])).items():
-                turn_ids[e] = _text(turn)
-
-        def prov(eps: Sequence[str]) -> list[Provenance]:
-            uniq = dict.fromkeys(e for e in eps if e in turn_ids)
-            return [Provenance(e, turn_ids[e]) for e in uniq]
-
-        for node in rows:
-            item = items[node]
-            if item.kind is NodeKind.EPISODE:
-                item.provenance = prov([node])
-            elif item.kind is NodeKind.FACT:
-                item.provenance = prov(sources.get(node, []))
-            elif item.kind is NodeKind.REFLECTION:
-                item.provenance = prov([e for f in facts_of[node] for e in sources.get(f, [])])
+        # One server-side call (GraphStore.expand): hubs are not expanded through — their edges
+        # to nodes reached from elsewhere stay, but their hundreds of other neighbours never
+        # enter the subgraph. This is hub dampening applied to the walk's reach, and it keeps the
+        # subgraph (and latency) bounded however large a tenant's graph and its hubs grow.
+        sub = await self.graph.expand(
+            tenant,
+            seeds,
+            hops=p.hops,
+            hub_degree=p.hub_degree,
+            max_nodes=max(p.max_expanded, len(seeds)),
+            type_weights=EDGE_TYPE_WEIGHTS,
+            conversation=conversation,
+            subject=subject,
+        )
+        return _Subgraph(sub.nodes, sub.edges, sub.degrees)
 
     def _observe(self, result: SearchResult, seconds: float) -> None:
         if self.metrics is None:
@@ -428,19 +333,25 @@ def _run_ppr(sub: _Subgraph, restart: np.ndarray, p: RetrievalSettings) -> PPRRe
     )
 
 
+def _show(item: Item, view: NodeView | None) -> None:
+    """Copy a stored node's text, time, position and provenance onto its item (a node deleted
+    since the KNN read keeps an empty text and is dropped)."""
+    if view is None:
+        return
+    item.text, item.time, item.conversation, item.seq = (
+        view.text,
+        view.time,
+        view.conversation,
+        view.seq,
+    )
+    item.provenance = [Provenance(e, t) for e, t in view.provenance]
+
+
 def _kind(node: str) -> NodeKind | None:
     try:
         return kind_of(node)
     except ValueError:
         return None
-
-
-def _cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    if vectors.size == 0:
-        return np.zeros(0, dtype=np.float64)
-    norms = np.linalg.norm(vectors, axis=1) * max(float(np.linalg.norm(query)), 1e-12)
-    dots = vectors.astype(np.float64) @ query.astype(np.float64)
-    return np.where(norms > 0, dots / np.where(norms > 0, norms, 1.0), 0.0)
 
 
 def _score(

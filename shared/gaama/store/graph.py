@@ -9,6 +9,7 @@ together or not at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -18,7 +19,7 @@ from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError, Try
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama.errors import StoreUnavailable, ValidationError
-from gaama.ids import kind_of
+from gaama.ids import kind_of, kind_prefix
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
 from gaama.store.keys import Keys
 
@@ -72,15 +73,94 @@ local out = {}
 for i = 1, #KEYS do out[i] = redis.call('HGETALL', KEYS[i]) end
 return out
 """
-# ARGV[1]: max degree. Per key: {degree, adjacency (flat) or {} when the degree is above it}.
-_MANY_ADJ_BELOW = """
-local out = {}
-local limit = tonumber(ARGV[1])
-for i = 1, #KEYS do
-  local n = redis.call('HLEN', KEYS[i])
-  if n <= limit then out[i] = {n, redis.call('HGETALL', KEYS[i])} else out[i] = {n, {}} end
+# The whole 2-hop expansion of a search in one call (see GraphStore.expand): breadth-first from
+# the seeds, edges followed both ways; hubs (degree > ARGV[4]) are not expanded through; a node's
+# neighbours are admitted heaviest walk weight first (ties by id); nodes outside the scope are
+# dropped (concepts are bridges and always kept); at most ARGV[5] nodes.
+# ARGV: adj prefix, node prefix, hops, hub degree, max nodes, conversation ('' = any),
+#       subject ('' = any), concept id prefix, type weights "KIND=w;...", then the seeds.
+# Reply: {node ids, full degrees, edges i, j, w, i, j, w, ... (indexes into the ids; walk weight
+# in units of 2⁻³⁰: integers cross the Lua boundary exactly and parse without string handling)}.
+# Keys are built from the prefixes: every key of a tenant shares its hash slot.
+_WEIGHT_UNITS = float(2**30)  # the expansion script's fixed-point walk weights
+_EXPAND = """
+local adjp, nodep = ARGV[1], ARGV[2]
+local hops, hub, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
+local tw = {}
+for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = tonumber(w) end
+local function walk(val)  -- walk weight of a stored adjacency value 'KIND|o|w'
+  local bar = string.find(val, '|', 1, true)
+  local w = tonumber(string.sub(val, bar + 3)) or 0
+  return (tw[string.sub(val, 1, bar - 1)] or 0) * w * w
 end
-return out
+local scoped = conv ~= '' or subj ~= ''
+local verdict = {}
+local function in_scope(v)
+  if not scoped or string.sub(v, 1, #concept) == concept then return true end
+  local ok = verdict[v]
+  if ok == nil then
+    local f = redis.call('HMGET', nodep .. v, 'conversation', 'subject')
+    ok = (conv == '' or f[1] == conv) and (subj == '' or f[2] == subj)
+    verdict[v] = ok
+  end
+  return ok
+end
+local function heavier(a, b)
+  if a[2] ~= b[2] then return a[2] > b[2] end
+  return a[1] < b[1]
+end
+local nodes, index, degree = {}, {}, {}
+for i = 10, #ARGV do
+  local s = ARGV[i]
+  if not index[s] then nodes[#nodes + 1] = s; index[s] = #nodes end
+end
+local frontier = {}
+for i = 1, #nodes do frontier[i] = nodes[i] end
+-- every edge read: from, to, stored value (weights are parsed only for edges that are kept)
+local eu, ev, ex = {}, {}, {}
+for hop = 1, hops do
+  if #frontier == 0 or #nodes >= cap then break end
+  local ring = {}
+  for _, u in ipairs(frontier) do
+    local key = adjp .. u
+    local d = redis.call('HLEN', key)
+    degree[u] = d
+    if d <= hub then
+      local flat = redis.call('HGETALL', key)
+      local open = #nodes < cap
+      local nbs = {}
+      for j = 1, #flat, 2 do
+        local v, val = flat[j], flat[j + 1]
+        local n = #eu + 1
+        eu[n] = u; ev[n] = v; ex[n] = val
+        if open and not index[v] then nbs[#nbs + 1] = {v, walk(val)} end
+      end
+      if open then
+        table.sort(nbs, heavier)
+        for _, nb in ipairs(nbs) do
+          if #nodes >= cap then break end
+          local v = nb[1]
+          if not index[v] and in_scope(v) then
+            nodes[#nodes + 1] = v; index[v] = #nodes; ring[#ring + 1] = v
+          end
+        end
+      end
+    end
+  end
+  frontier = ring
+end
+local degrees, out = {}, {}
+for i, n in ipairs(nodes) do degrees[i] = degree[n] or redis.call('HLEN', adjp .. n) end
+for i = 1, #eu do
+  local j = index[ev[i]]
+  if j then
+    out[#out + 1] = index[eu[i]] - 1
+    out[#out + 1] = j - 1
+    out[#out + 1] = math.floor(walk(ex[i]) * 1073741824 + 0.5)
+  end
+end
+return {nodes, degrees, out}
 """
 _MANY_HMGET = """
 local out = {}
@@ -103,6 +183,75 @@ for i = 1, #KEYS do
   parts[i] = v
 end
 return table.concat(parts)
+"""
+# What a search returns about its candidates, in one call: text, time, conversation, position and
+# provenance (source episodes with their external turn ids) of each id. Provenance: an episode is
+# its own source; a fact's sources are its ``sources`` field (or, if it has none, its outgoing
+# DERIVED_FROM edges); a reflection's are the sources of its DERIVED_FROM_FACT facts.
+# ARGV: node prefix, adj prefix, then the ids.
+# Reply: per id {} or {text, time, conversation, seq, {episode, turn id, episode, turn id, ...}}.
+_DESCRIBE = """
+local nodep, adjp = ARGV[1], ARGV[2]
+local turns = {}
+local function turn(e)
+  local t = turns[e]
+  if t == nil then
+    t = redis.call('HGET', nodep .. e, 'turn_id') or false
+    turns[e] = t
+  end
+  return t
+end
+local function targets(node, kind)
+  local flat = redis.call('HGETALL', adjp .. node)
+  local want = kind .. '|o|'
+  local out = {}
+  for j = 1, #flat, 2 do
+    if string.sub(flat[j + 1], 1, #want) == want then out[#out + 1] = flat[j] end
+  end
+  return out
+end
+local function sources(fact, field)
+  if not field or field == '' then return targets(fact, 'DERIVED_FROM') end
+  local out = {}
+  for e in string.gmatch(field, '[^,]+') do out[#out + 1] = e end
+  return out
+end
+local rows = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local f = redis.call('HMGET', nodep .. id,
+    'kind', 'text', 'time', 'conversation', 'seq', 'turn_id', 'sources')
+  if not f[1] then
+    rows[#rows + 1] = {}
+  else
+    local eps = {}
+    if f[1] == 'episode' then
+      eps = {id}
+      turns[id] = f[6] or false
+    elseif f[1] == 'fact' then
+      eps = sources(id, f[7])
+    elseif f[1] == 'reflection' then
+      for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
+        for _, e in ipairs(sources(fact, redis.call('HGET', nodep .. fact, 'sources'))) do
+          eps[#eps + 1] = e
+        end
+      end
+    end
+    local prov, seen = {}, {}
+    for _, e in ipairs(eps) do
+      if not seen[e] then
+        seen[e] = true
+        local t = turn(e)
+        if t then
+          prov[#prov + 1] = e
+          prov[#prov + 1] = t
+        end
+      end
+    end
+    rows[#rows + 1] = {f[2] or '', f[3] or '', f[4] or '', f[5] or '', prov}
+  end
+end
+return rows
 """
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
 
@@ -179,6 +328,32 @@ def _parse_adj(value: bytes, node: str) -> Neighbour:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """What a search shows of a node: its text, time, place in its conversation and provenance
+    (``(episode id, external turn id)`` of each source turn, in order, without repeats)."""
+
+    text: str
+    time: float
+    conversation: str
+    seq: int
+    provenance: list[tuple[str, str]]
+
+
+def _str(raw: bytes | None) -> str:
+    return raw.decode("utf-8", "replace") if raw else ""
+
+
+@dataclass(frozen=True, slots=True)
+class Expansion:
+    """A subgraph read by :meth:`GraphStore.expand`: ids in admission order (seeds first), each
+    node's full store degree, and ``(i, j, walk weight)`` rows indexing into ``nodes``."""
+
+    nodes: list[str]
+    degrees: np.ndarray
+    edges: np.ndarray
+
+
 class GraphStore:
     """Async access to the graph of every tenant; each call is scoped to one tenant."""
 
@@ -188,7 +363,8 @@ class GraphStore:
         self._append = redis.register_script(_APPEND_EPISODE)
         self._hlen = redis.register_script(_MANY_HLEN)
         self._hgetall = redis.register_script(_MANY_HGETALL)
-        self._adj_below = redis.register_script(_MANY_ADJ_BELOW)
+        self._expand = redis.register_script(_EXPAND)
+        self._describe = redis.register_script(_DESCRIBE)
         self._hmget = redis.register_script(_MANY_HMGET)
         self._exists = redis.register_script(_MANY_EXISTS)
         self._vectors = redis.register_script(_MANY_VECTORS)
@@ -329,25 +505,78 @@ class GraphStore:
             for i, flat in zip(ids, rows, strict=True)
         }
 
-    async def neighbours_below(
-        self, tenant: str, ids: Sequence[str], max_degree: int
-    ) -> tuple[dict[str, int], dict[str, list[Neighbour]]]:
-        """Degrees of ``ids``, and the adjacency of those of degree ≤ ``max_degree``, in one
-        round trip (a search expands around non-hub nodes only)."""
+    async def expand(
+        self,
+        tenant: str,
+        seeds: Sequence[str],
+        *,
+        hops: int,
+        hub_degree: int,
+        max_nodes: int,
+        type_weights: Mapping[EdgeKind, float],
+        conversation: str | None = None,
+        subject: str | None = None,
+    ) -> Expansion:
+        """The subgraph around ``seeds``, computed inside Redis in one round trip.
+
+        Breadth-first for ``hops`` rings, edges followed both ways. Nodes of degree above
+        ``hub_degree`` are not expanded through (their edges to nodes reached from elsewhere
+        stay). A node's neighbours are admitted heaviest walk weight first (``type_weights[kind]
+        · stored²``, ties by id) until ``max_nodes``; with a scope, non-concept nodes outside it
+        are dropped. Edges: every edge read on the way whose both ends are in the subgraph
+        (edges between two nodes of the outermost ring are not read).
+        """
+        if not seeds:
+            return Expansion([], np.zeros(0, dtype=np.int64), np.zeros((0, 3)))
+        weights = ";".join(f"{k.value}={w!r}" for k, w in type_weights.items())
+        args: list[Any] = [
+            self.keys.adj_prefix(tenant),
+            self.keys.node(tenant, ""),
+            hops,
+            hub_degree,
+            max_nodes,
+            conversation or "",
+            subject or "",
+            f"{kind_prefix(NodeKind.CONCEPT)}_",
+            weights,
+            *seeds,
+        ]
+        # One declared key routes the call to the tenant's shard; the rest share its hash slot.
+        try:
+            ids, degrees, edges = await self._expand(
+                keys=[self.keys.adj(tenant, seeds[0])], args=args
+            )
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        rows = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
+        rows[:, 2] /= _WEIGHT_UNITS
+        return Expansion([i.decode() for i in ids], np.asarray(degrees, dtype=np.int64), rows)
+
+    async def describe(self, tenant: str, ids: Sequence[str]) -> dict[str, NodeView]:
+        """Views of the nodes of ``tenant`` in ``ids`` (absent ones left out), provenance
+        resolved inside Redis (see _DESCRIBE), in one round trip."""
         if not ids:
-            return {}, {}
-        rows = await self._many(
-            self._adj_below, [self.keys.adj(tenant, i) for i in ids], [max_degree]
-        )
-        degrees: dict[str, int] = {}
-        adjacency: dict[str, list[Neighbour]] = {}
-        for i, (n, flat) in zip(ids, rows, strict=True):
-            degrees[i] = int(n)
-            if int(n) <= max_degree:
-                adjacency[i] = [
-                    _parse_adj(flat[j + 1], flat[j].decode()) for j in range(0, len(flat), 2)
-                ]
-        return degrees, adjacency
+            return {}
+        args = [self.keys.node(tenant, ""), self.keys.adj_prefix(tenant), *ids]
+        try:  # one declared key routes the call to the tenant's shard
+            rows = await self._describe(keys=[self.keys.node(tenant, ids[0])], args=args)
+        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+            if isinstance(exc, ResponseError) and not transient_reply(exc):
+                raise
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        return {
+            i: NodeView(
+                text=_str(r[0]),
+                time=float(r[1] or 0.0),
+                conversation=_str(r[2]),
+                seq=int(r[3] or 0),
+                provenance=[(_str(r[4][j]), _str(r[4][j + 1])) for j in range(0, len(r[4]), 2)],
+            )
+            for i, r in zip(ids, rows, strict=True)
+            if r
+        }
 
     async def degrees(self, tenant: str, ids: Sequence[str]) -> dict[str, int]:
         """Full store degree (adjacency size) of each node."""

@@ -145,6 +145,36 @@ class VectorIndex:
             for r in rows
         ]
 
+    async def similarities(
+        self, tenant: str, vector: Sequence[float] | np.ndarray, ids: Sequence[str]
+    ) -> dict[str, float]:
+        """Exact cosine similarity of ``vector`` to each node of ``tenant`` in ``ids``, computed
+        by the Query Engine (no vector leaves Redis). Nodes without a vector, missing nodes and
+        other tenants' nodes are absent from the result.
+
+        A KNN restricted to the given keys (INKEYS) with ad-hoc brute force: exact distances for
+        exactly those documents, and the tenant filter still applies.
+        """
+        if not ids:
+            return {}
+        n = len(ids)
+        query = (
+            f"({Tag('tenant') == tenant})"
+            f"=>[KNN {n} @{VECTOR_FIELD} $vec HYBRID_POLICY ADHOC_BF AS dist]"
+        )
+        blob = np.asarray(vector, dtype=np.float32).tobytes()
+        # A raw command: redis-py's Query/Result objects cost more than the search itself here.
+        try:
+            reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                "FT.SEARCH", self.name, query,
+                "INKEYS", n, *(self.keys.node(tenant, i) for i in ids),
+                "RETURN", 1, "dist", "PARAMS", 2, "vec", blob,
+                "LIMIT", 0, n, "DIALECT", 2,
+            )  # fmt: skip
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        return {self.keys.id_from_node_key(key): 1.0 - dist for key, dist in _key_dist(reply)}
+
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
         out = {}
@@ -192,3 +222,21 @@ def _dim_from_info(info: Any) -> int | None:
         return None
 
     return walk(info)
+
+
+def _str(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _key_dist(reply: Any) -> list[tuple[str, float]]:
+    """(key, dist) of each document of an FT.SEARCH reply returning the one field ``dist``,
+    in either protocol: RESP3 gives a map, RESP2 ``[total, key, [field, value], ...]``."""
+    if isinstance(reply, dict):
+        rows: list[dict[Any, Any]] = reply.get(b"results") or reply.get("results") or []
+        out = []
+        for row in rows:
+            row = {_str(k): v for k, v in row.items()}
+            attrs = {_str(k): v for k, v in row["extra_attributes"].items()}
+            out.append((_str(row["id"]), float(_str(attrs["dist"]))))
+        return out
+    return [(_str(reply[i]), float(_str(reply[i + 1][1]))) for i in range(1, len(reply) - 1, 2)]
