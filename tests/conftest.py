@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 
 from gaama.config import Settings, load_settings
 from gaama.embed import MiniLMEmbedder
+from gaama.store import connect
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -71,7 +72,7 @@ def settings(stack: StackInfo, namespace: str) -> Settings:
 
 @pytest.fixture
 async def redis_client(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     yield client
     await client.aclose()
 

@@ -13,6 +13,7 @@ from redis.exceptions import RedisError
 
 from gaama.config import Settings
 from gaama.errors import GaamaError
+from gaama.store import connect
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -43,7 +44,7 @@ class Stores:
 async def ensure_index(settings: Settings, dim: int) -> None:
     """Create the vector index if needed (a short-lived client: the service's own client must
     only ever be used on the service's event loop)."""
-    client = aioredis.Redis.from_url(settings.redis_url, socket_timeout=10)
+    client = connect(settings.redis_url, socket_timeout=10)
     try:
         await VectorIndex(client, settings.index_name, dim, Keys(settings.key_prefix)).ensure()
     finally:
@@ -52,7 +53,7 @@ async def ensure_index(settings: Settings, dim: int) -> None:
 
 def connect_stores(settings: Settings, dim: int) -> Stores:
     asyncio.run(ensure_index(settings, dim))
-    client = aioredis.Redis.from_url(
+    client = connect(
         settings.redis_url, socket_timeout=10, socket_connect_timeout=5, health_check_interval=30
     )
     keys = Keys(settings.key_prefix)

@@ -23,6 +23,7 @@ from gaama import devstack
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import GaamaError
 from gaama.launch import SERVICES, ServiceProcess
+from gaama.store import connect
 
 PORTS = {"ingest": 8081, "extract": 8082, "reflect": 8083, "query": 8084}
 TENANT = "demo"
@@ -65,7 +66,6 @@ def _turns(sample: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 async def _counts(redis_url: str) -> dict[str, int]:
-    import redis.asyncio as aioredis
 
     from gaama.config import load_settings
     from gaama.store.chunks import ChunkStore
@@ -74,7 +74,7 @@ async def _counts(redis_url: str) -> dict[str, int]:
     from gaama.store.vectors import VectorIndex
 
     s = load_settings(redis_url=redis_url)
-    client = aioredis.Redis.from_url(redis_url)
+    client = connect(redis_url)
     try:
         keys = Keys(s.key_prefix)
         counts = await VectorIndex(client, s.index_name, s.embed_dim, keys).count(TENANT)

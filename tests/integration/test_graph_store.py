@@ -169,6 +169,7 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
     assert got == ["f0", "e1", "c", "hub", "e2", "f2", "f3"]
     assert dict(zip(got, sub.degrees.tolist(), strict=True))["hub"] == 61
     pairs = {frozenset((got[int(i)], got[int(j)])): round(w, 6) for i, j, w in sub.edges.tolist()}
+    assert len(pairs) == len(sub.edges)  # each edge once, though f0–e1 is read from both ends
     assert pairs == {
         frozenset(("f0", "e1")): 0.8,  # type weight 0.8 × stored 1.0²
         frozenset(("f0", "c")): round(0.8 * 0.81, 6),

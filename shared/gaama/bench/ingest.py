@@ -37,6 +37,7 @@ from gaama.config import Settings, load_settings
 from gaama.errors import ConfigError
 from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode, topic_name
 from gaama.launch import ServiceProcess
+from gaama.store import connect
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -188,7 +189,6 @@ def histogram_quantile(q: float, before: dict[float, float], after: dict[float, 
 
 
 async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
-    import redis.asyncio as aioredis
 
     from gaama.devstack import create_topics
 
@@ -204,7 +204,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)
-    client = aioredis.Redis.from_url(redis_url, socket_timeout=30)
+    client = connect(redis_url, socket_timeout=30)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))
     service = ServiceProcess("ingest", settings, log_dir)
     warm = [Conv("bench-warm", "warm", 0)]

@@ -66,6 +66,7 @@ from gaama.launch import ServiceProcess
 from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Caps, Item, pack, render_memory
 from gaama.retrieval.search import Retriever
+from gaama.store import connect
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
@@ -488,9 +489,8 @@ def _servers(run_id: str) -> Any:
 
 @contextlib.asynccontextmanager
 async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
-    import redis.asyncio as aioredis
 
-    client = aioredis.Redis.from_url(settings.redis_url)
+    client = connect(settings.redis_url)
     keys = Keys(settings.key_prefix)
     embedder = build_embedder(settings)
     index = VectorIndex(client, settings.index_name, embedder.dim, keys)

@@ -148,8 +148,11 @@ async def _progress(
         marks = await graph.get_fields(tenant, ids, ["chunk"]) if ids else {}
         chunk_ids = {m[0].decode() for m in marks.values() if m[0] is not None}
         extracted += sum(1 for m in marks.values() if m[0] is not None)
+        # get_fields leaves out episodes without a mark, so every episode must be in ``marks``:
+        # before the extract service has read anything there are no marks and no open chunk.
         if (
             len(ids) < conv.n_turns
+            or len(marks) < len(ids)
             or await chunks.episodes(tenant, conv.sample_id)
             or any(m[0] is None for m in marks.values())
         ):

@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
 import platform
 import shlex
@@ -41,6 +42,7 @@ from gaama.bench.synthetic import Batch, SyntheticGraph, query_texts
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
 from gaama.launch import ServiceProcess
+from gaama.store import connect
 from gaama.store.graph import VECTOR_FIELD, GraphStore, node_mapping
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
 
 DOCS_BEGIN, DOCS_END = "<!-- query:begin -->", "<!-- query:end -->"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
+ROUNDS = 4  # interleaved rounds per concurrency: every mode runs in each (see compare_modes)
 STAGES = ("embed", "knn", "expand", "ppr", "pack")
 MAX_LOAD_MINUTES = 20.0
 IN_FLIGHT = 2  # pipelines in flight while loading: Python builds one while Redis indexes another
@@ -231,12 +234,20 @@ async def _ask(client: Any, url: str, key: str, text: str, mode: str, out: Obser
 
 
 async def run_queries(
-    url: str, key: str, spec: RunSpec, texts: Sequence[str], progress: bool
-) -> dict[str, Any]:
-    """``spec.requests`` searches, ``spec.concurrency`` at a time; latency percentiles, QPS."""
+    url: str,
+    key: str,
+    spec: RunSpec,
+    texts: Sequence[str],
+    progress: bool,
+    *,
+    first_text: int = 0,
+    out: Observed | None = None,
+) -> tuple[Observed, float]:
+    """``spec.requests`` searches, ``spec.concurrency`` at a time, with the texts from
+    ``first_text`` on; the observations (added to ``out`` if given) and the wall time."""
     import httpx
 
-    out = Observed()
+    out = out if out is not None else Observed()
     limits = httpx.Limits(max_connections=spec.concurrency, max_keepalive_connections=64)
     bar = tqdm(
         total=spec.requests,
@@ -253,26 +264,60 @@ async def run_queries(
             while next_i < spec.requests:
                 i = next_i
                 next_i += 1
-                await _ask(client, url, key, texts[i % len(texts)], spec.mode, out)
+                text = texts[(first_text + i) % len(texts)]
+                await _ask(client, url, key, text, spec.mode, out)
                 bar.update(1)
 
         started = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(spec.concurrency)))
         wall = time.perf_counter() - started
     bar.close()
-    lat = out.latencies_ms
-    return {
-        "nodes": spec.nodes,
-        "concurrency": spec.concurrency,
-        "mode": spec.mode,
-        "requests": spec.requests,
-        "errors": out.errors,
-        "p50_ms": round(percentile(lat, 50), 2),
-        "p95_ms": round(percentile(lat, 95), 2),
-        "p99_ms": round(percentile(lat, 99), 2),
-        "qps": round(len(lat) / wall, 2),
-        "stage_p50_ms": {s: round(percentile(v, 50), 3) for s, v in out.stages.items()},
-    }
+    return out, wall
+
+
+async def compare_modes(
+    url: str,
+    key: str,
+    nodes: int,
+    concurrency: int,
+    modes: Sequence[str],
+    requests: int,
+    texts: Sequence[str],
+    progress: bool,
+) -> list[dict[str, Any]]:
+    """Every mode at one concurrency, in interleaved rounds (A B B A A B B A): drift of a shared
+    machine (other jobs, CPU frequency) then falls on every mode alike, which a ratio between
+    modes needs. Each mode asks the same texts in the same order."""
+    per_round = math.ceil(requests / ROUNDS)
+    seen = {m: Observed() for m in modes}
+    walls = dict.fromkeys(modes, 0.0)
+    for r in range(ROUNDS):
+        for mode in modes if r % 2 == 0 else list(reversed(modes)):
+            spec = RunSpec(nodes, concurrency, mode, per_round)
+            _, wall = await run_queries(
+                url, key, spec, texts, progress, first_text=r * per_round, out=seen[mode]
+            )
+            walls[mode] += wall
+    out = []
+    for mode in modes:
+        lat = seen[mode].latencies_ms
+        out.append(
+            {
+                "nodes": nodes,
+                "concurrency": concurrency,
+                "mode": mode,
+                "requests": per_round * ROUNDS,
+                "errors": seen[mode].errors,
+                "p50_ms": round(percentile(lat, 50), 2),
+                "p95_ms": round(percentile(lat, 95), 2),
+                "p99_ms": round(percentile(lat, 99), 2),
+                "qps": round(len(lat) / walls[mode], 2) if walls[mode] else 0.0,
+                "stage_p50_ms": {
+                    s: round(percentile(v, 50), 3) for s, v in seen[mode].stages.items()
+                },
+            }
+        )
+    return out
 
 
 # --- the run ----------------------------------------------------------------------------------
@@ -309,7 +354,6 @@ def _extrapolate(loads: dict[int, dict[str, Any]], size: int) -> float:
 
 
 async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
-    import redis.asyncio as aioredis
 
     run_id = uuid.uuid4().hex[:6]
     prefix = f"gbench{run_id}"
@@ -322,7 +366,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
         index_name=f"{prefix}-idx",
         api_keys=[ApiKey(key_sha256=hash_api_key(api[n]), tenant=tenants[n]) for n in opts.sizes],
     )
-    client = aioredis.Redis.from_url(redis_url, socket_timeout=600)
+    client = connect(redis_url, socket_timeout=600)
     index = VectorIndex(client, settings.index_name, settings.embed_dim, keys)
     await index.ensure()
     loads: dict[int, dict[str, Any]] = {}
@@ -360,12 +404,20 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
                     service.url, api[n], RunSpec(n, 4, mode, opts.warmup), texts, progress=False
                 )
             for c in opts.concurrency:
-                for mode in opts.modes:
-                    spec = RunSpec(n, c, mode, _requests_for(opts, c))
-                    result = await run_queries(service.url, api[n], spec, texts, opts.progress)
+                results = await compare_modes(
+                    service.url,
+                    api[n],
+                    n,
+                    c,
+                    opts.modes,
+                    _requests_for(opts, c),
+                    texts,
+                    opts.progress,
+                )
+                for result in results:
                     runs.append(result)
                     print(
-                        f"# {n:>9,} c={c:<3} {mode:8s} p50 {result['p50_ms']:7.1f} ms  "
+                        f"# {n:>9,} c={c:<3} {result['mode']:8s} p50 {result['p50_ms']:7.1f} ms  "
                         f"p99 {result['p99_ms']:7.1f} ms  {result['qps']:6.1f} qps",
                         file=sys.stderr,
                     )
@@ -586,7 +638,8 @@ def register(sub: SubParsers) -> None:
         "--requests",
         type=int,
         default=None,
-        help="requests per run (default 200 at c=1, 800 otherwise)",
+        help="requests per mode and concurrency, in 4 interleaved rounds (default 200 at c=1, "
+        "800 otherwise)",
     )
     p.add_argument("--warmup", type=int, default=20, help="warm-up requests per size and mode")
     p.add_argument(

@@ -42,7 +42,7 @@ def edge_weight(kind: EdgeKind, stored: float) -> float:
 
 
 def symmetric_adjacency(
-    n: int, edges: Sequence[tuple[int, int, float]] | np.ndarray
+    n: int, edges: Sequence[tuple[int, int, float]] | np.ndarray, *, unique: bool = False
 ) -> sparse.csr_matrix:
     """An ``n × n`` symmetric CSR matrix from undirected ``(i, j, weight)`` edges.
 
@@ -53,6 +53,8 @@ def symmetric_adjacency(
     Args:
         n: Number of nodes.
         edges: ``(i, j, w)`` with ``0 <= i, j < n`` (tuples or an ``(m, 3)`` array).
+        unique: The caller guarantees each undirected edge is listed once (the store's
+            expansion does), so the dedupe pass is skipped.
 
     Returns:
         The weighted adjacency.
@@ -63,12 +65,14 @@ def symmetric_adjacency(
     i, j, w = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
     keep = (i != j) & (w > 0)
     lo, hi, w = np.minimum(i, j)[keep], np.maximum(i, j)[keep], w[keep]
-    # Vectorised dedupe (subgraphs reach 10⁵ edges): sort by pair, heaviest first, keep the first.
-    order = np.lexsort((-w, hi, lo))
-    lo, hi, w = lo[order], hi[order], w[order]
-    first = np.ones(lo.size, dtype=bool)
-    first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
-    lo, hi, w = lo[first], hi[first], w[first]
+    if not unique:
+        # Vectorised dedupe (subgraphs reach 10⁵ edges): sort by pair, heaviest first, keep the
+        # first of each pair.
+        order = np.lexsort((-w, hi, lo))
+        lo, hi, w = lo[order], hi[order], w[order]
+        first = np.ones(lo.size, dtype=bool)
+        first[1:] = (lo[1:] != lo[:-1]) | (hi[1:] != hi[:-1])
+        lo, hi, w = lo[first], hi[first], w[first]
     rows = np.concatenate([lo, hi])
     cols = np.concatenate([hi, lo])
     data = np.concatenate([w, w])

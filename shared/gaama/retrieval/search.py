@@ -226,25 +226,26 @@ class Retriever:
         scores: dict[str, float] = {}
         sub: _Subgraph | None = None
         iterations = 0
-        # Text and provenance of the KNN candidates: one read, which in gaama mode runs while PPR
-        # computes (Redis and the PPR thread on different cores).
+        # Text and provenance of the KNN candidates, in one call sent before the expansion: in
+        # gaama mode its reply is parsed while Redis computes the subgraph.
         pool = [n for n in sims if _kind(n) in RETURNED_KINDS]
-        views: dict[str, NodeView] = {}
+        pool_read = asyncio.ensure_future(self.graph.describe(tenant, pool))
         if mode == "semantic" or not hits:
-            views = await self.graph.describe(tenant, pool)
+            views = await pool_read
         else:
-            seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
-            lap("expand")
-            restart = np.zeros(len(sub.nodes))
-            restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
-            if not restart.any():  # no seed is similar at all: weigh them equally
-                restart[: len(seeds)] = 1.0
-            pool_read = asyncio.ensure_future(self.graph.describe(tenant, pool))
             try:
-                result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
-            finally:
+                seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
+                sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
+                lap("expand")
+                restart = np.zeros(len(sub.nodes))
+                restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
+                if not restart.any():  # no seed is similar at all: weigh them equally
+                    restart[: len(seeds)] = 1.0
                 views = await pool_read
+                result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
+            except BaseException:
+                pool_read.cancel()
+                raise
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             lap("ppr")
@@ -322,7 +323,7 @@ class Retriever:
 
 def _run_ppr(sub: _Subgraph, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
     return personalized_pagerank(
-        symmetric_adjacency(len(sub.nodes), sub.edges),
+        symmetric_adjacency(len(sub.nodes), sub.edges, unique=True),
         restart,
         alpha=p.alpha,
         max_iter=p.max_iter,

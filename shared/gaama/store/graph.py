@@ -79,28 +79,36 @@ return out
 # dropped (concepts are bridges and always kept); at most ARGV[5] nodes.
 # ARGV: adj prefix, node prefix, hops, hub degree, max nodes, conversation ('' = any),
 #       subject ('' = any), concept id prefix, type weights "KIND=w;...", then the seeds.
-# Reply: {node ids, full degrees, edges i, j, w, i, j, w, ... (indexes into the ids; walk weight
-# in units of 2⁻³⁰: integers cross the Lua boundary exactly and parse without string handling)}.
+# Reply: {node ids, full degrees, edges i, j, w, i, j, w, ...}: each edge once, as indexes into
+# the ids and its walk weight in units of 2⁻³⁰ (integers cross the Lua boundary exactly and parse
+# without string handling).
 # Keys are built from the prefixes: every key of a tenant shares its hash slot.
 _WEIGHT_UNITS = float(2**30)  # the expansion script's fixed-point walk weights
 _EXPAND = """
+local find, sub, call, num = string.find, string.sub, redis.call, tonumber
 local adjp, nodep = ARGV[1], ARGV[2]
-local hops, hub, cap = tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
 local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
 local tw = {}
-for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = tonumber(w) end
-local function walk(val)  -- walk weight of a stored adjacency value 'KIND|o|w'
-  local bar = string.find(val, '|', 1, true)
-  local w = tonumber(string.sub(val, bar + 3)) or 0
-  return (tw[string.sub(val, 1, bar - 1)] or 0) * w * w
+for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = num(w) end
+local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
+local function walk(val)
+  local ww = weights[val]
+  if ww == nil then
+    local bar = find(val, '|', 1, true)
+    local w = num(sub(val, bar + 3)) or 0
+    ww = (tw[sub(val, 1, bar - 1)] or 0) * w * w
+    weights[val] = ww
+  end
+  return ww
 end
 local scoped = conv ~= '' or subj ~= ''
 local verdict = {}
 local function in_scope(v)
-  if not scoped or string.sub(v, 1, #concept) == concept then return true end
+  if not scoped or sub(v, 1, #concept) == concept then return true end
   local ok = verdict[v]
   if ok == nil then
-    local f = redis.call('HMGET', nodep .. v, 'conversation', 'subject')
+    local f = call('HMGET', nodep .. v, 'conversation', 'subject')
     ok = (conv == '' or f[1] == conv) and (subj == '' or f[2] == subj)
     verdict[v] = ok
   end
@@ -111,38 +119,41 @@ local function heavier(a, b)
   return a[1] < b[1]
 end
 local nodes, index, degree = {}, {}, {}
+local count = 0
 for i = 10, #ARGV do
   local s = ARGV[i]
-  if not index[s] then nodes[#nodes + 1] = s; index[s] = #nodes end
+  if not index[s] then count = count + 1; nodes[count] = s; index[s] = count end
 end
 local frontier = {}
-for i = 1, #nodes do frontier[i] = nodes[i] end
+for i = 1, count do frontier[i] = nodes[i] end
 -- every edge read: from, to, stored value (weights are parsed only for edges that are kept)
-local eu, ev, ex = {}, {}, {}
+local eu, ev, ex, read = {}, {}, {}, {}
+local ne = 0
 for hop = 1, hops do
-  if #frontier == 0 or #nodes >= cap then break end
+  if #frontier == 0 or count >= cap then break end
   local ring = {}
   for _, u in ipairs(frontier) do
     local key = adjp .. u
-    local d = redis.call('HLEN', key)
+    local d = call('HLEN', key)
     degree[u] = d
     if d <= hub then
-      local flat = redis.call('HGETALL', key)
-      local open = #nodes < cap
+      read[u] = true
+      local flat = call('HGETALL', key)
+      local open = count < cap
       local nbs = {}
       for j = 1, #flat, 2 do
         local v, val = flat[j], flat[j + 1]
-        local n = #eu + 1
-        eu[n] = u; ev[n] = v; ex[n] = val
+        ne = ne + 1
+        eu[ne] = u; ev[ne] = v; ex[ne] = val
         if open and not index[v] then nbs[#nbs + 1] = {v, walk(val)} end
       end
       if open then
         table.sort(nbs, heavier)
         for _, nb in ipairs(nbs) do
-          if #nodes >= cap then break end
+          if count >= cap then break end
           local v = nb[1]
           if not index[v] and in_scope(v) then
-            nodes[#nodes + 1] = v; index[v] = #nodes; ring[#ring + 1] = v
+            count = count + 1; nodes[count] = v; index[v] = count; ring[#ring + 1] = v
           end
         end
       end
@@ -151,13 +162,16 @@ for hop = 1, hops do
   frontier = ring
 end
 local degrees, out = {}, {}
-for i, n in ipairs(nodes) do degrees[i] = degree[n] or redis.call('HLEN', adjp .. n) end
-for i = 1, #eu do
-  local j = index[ev[i]]
-  if j then
-    out[#out + 1] = index[eu[i]] - 1
-    out[#out + 1] = j - 1
-    out[#out + 1] = math.floor(walk(ex[i]) * 1073741824 + 0.5)
+for i = 1, count do degrees[i] = degree[nodes[i]] or call('HLEN', adjp .. nodes[i]) end
+local no = 0
+for i = 1, ne do
+  local j, v = index[ev[i]], ev[i]
+  -- an edge read from both ends is kept once, from its lower-indexed end
+  if j and (not read[v] or index[eu[i]] < j) then
+    out[no + 1] = index[eu[i]] - 1
+    out[no + 2] = j - 1
+    out[no + 3] = math.floor(walk(ex[i]) * 1073741824 + 0.5)
+    no = no + 3
   end
 end
 return {nodes, degrees, out}
@@ -191,64 +205,70 @@ return table.concat(parts)
 # ARGV: node prefix, adj prefix, then the ids.
 # Reply: per id {} or {text, time, conversation, seq, {episode, turn id, episode, turn id, ...}}.
 _DESCRIBE = """
+local call, sub, gmatch = redis.call, string.sub, string.gmatch
 local nodep, adjp = ARGV[1], ARGV[2]
 local turns = {}
 local function turn(e)
   local t = turns[e]
   if t == nil then
-    t = redis.call('HGET', nodep .. e, 'turn_id') or false
+    t = call('HGET', nodep .. e, 'turn_id') or false
     turns[e] = t
   end
   return t
 end
 local function targets(node, kind)
-  local flat = redis.call('HGETALL', adjp .. node)
+  local flat = call('HGETALL', adjp .. node)
   local want = kind .. '|o|'
-  local out = {}
+  local n, out = #want, {}
   for j = 1, #flat, 2 do
-    if string.sub(flat[j + 1], 1, #want) == want then out[#out + 1] = flat[j] end
+    if sub(flat[j + 1], 1, n) == want then out[#out + 1] = flat[j] end
   end
   return out
 end
 local function sources(fact, field)
   if not field or field == '' then return targets(fact, 'DERIVED_FROM') end
   local out = {}
-  for e in string.gmatch(field, '[^,]+') do out[#out + 1] = e end
+  for e in gmatch(field, '[^,]+') do out[#out + 1] = e end
   return out
+end
+local function provenance(eps)
+  local prov, seen = {}, {}
+  for _, e in ipairs(eps) do
+    if not seen[e] then
+      seen[e] = true
+      local t = turn(e)
+      if t then
+        prov[#prov + 1] = e
+        prov[#prov + 1] = t
+      end
+    end
+  end
+  return prov
 end
 local rows = {}
 for i = 3, #ARGV do
   local id = ARGV[i]
-  local f = redis.call('HMGET', nodep .. id,
+  local f = call('HMGET', nodep .. id,
     'kind', 'text', 'time', 'conversation', 'seq', 'turn_id', 'sources')
-  if not f[1] then
-    rows[#rows + 1] = {}
-  else
+  local kind, prov = f[1], {}
+  if kind == 'episode' then
+    if f[6] then prov = {id, f[6]} end
+    turns[id] = f[6] or false
+  elseif kind == 'fact' then
+    prov = provenance(sources(id, f[7]))
+  elseif kind == 'reflection' then
     local eps = {}
-    if f[1] == 'episode' then
-      eps = {id}
-      turns[id] = f[6] or false
-    elseif f[1] == 'fact' then
-      eps = sources(id, f[7])
-    elseif f[1] == 'reflection' then
-      for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
-        for _, e in ipairs(sources(fact, redis.call('HGET', nodep .. fact, 'sources'))) do
-          eps[#eps + 1] = e
-        end
+    for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
+      for _, e in ipairs(sources(fact, call('HGET', nodep .. fact, 'sources'))) do
+        eps[#eps + 1] = e
       end
     end
-    local prov, seen = {}, {}
-    for _, e in ipairs(eps) do
-      if not seen[e] then
-        seen[e] = true
-        local t = turn(e)
-        if t then
-          prov[#prov + 1] = e
-          prov[#prov + 1] = t
-        end
-      end
-    end
-    rows[#rows + 1] = {f[2] or '', f[3] or '', f[4] or '', f[5] or '', prov}
+    prov = provenance(eps)
+  end
+  if kind then
+    rows[i - 2] = {f[2] or '', f[3] or '', f[4] or '', f[5] or '', prov}
+  else
+    rows[i - 2] = {}
   end
 end
 return rows
@@ -347,7 +367,8 @@ def _str(raw: bytes | None) -> str:
 @dataclass(frozen=True, slots=True)
 class Expansion:
     """A subgraph read by :meth:`GraphStore.expand`: ids in admission order (seeds first), each
-    node's full store degree, and ``(i, j, walk weight)`` rows indexing into ``nodes``."""
+    node's full store degree, and ``(i, j, walk weight)`` rows indexing into ``nodes``, one per
+    undirected edge."""
 
     nodes: list[str]
     degrees: np.ndarray
