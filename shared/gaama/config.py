@@ -46,8 +46,10 @@ class RetrievalSettings(BaseModel):
     cap_episodes: int = Field(80, ge=0, le=1000)
     # Bounds the subgraph (and latency); 500 lost no LoCoMo recall against 4000 (docs/benchmarks.md)
     max_expanded: int = Field(500, ge=10, le=100000)
-    # Expanded nodes (outside the KNN pool) scored per query, those with the most PPR mass.
+    # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
+    # the first ``expanded_read`` the expansion admitted (read while PPR runs).
     expanded_candidates: int = Field(100, ge=0, le=100000)
+    expanded_read: int = Field(120, ge=0, le=100000)
 
 
 class Settings(BaseSettings):

@@ -9,7 +9,7 @@ from gaama import ids
 from gaama.errors import DimensionMismatch, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
 from gaama.store.graph import GraphStore
-from gaama.store.vectors import VectorIndex, _key_dist
+from gaama.store.vectors import VectorIndex, _documents
 
 pytestmark = pytest.mark.requires_stack
 
@@ -192,7 +192,7 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
     assert other.nodes == [n["f0"].id] and other.edges.size == 0
 
 
-async def test_describe_resolves_text_and_provenance_in_one_read(graph: GraphStore, embedder):
+async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
     t = "acme"
     vecs = await embedder.embed(["one", "two"])
     e1 = episode(t, "c", "t1", "Ann: one", vecs[0].tolist())
@@ -214,16 +214,15 @@ async def test_describe_resolves_text_and_provenance_in_one_read(graph: GraphSto
         ],
     )
     ids_ = [e1.id, with_field.id, bare.id, refl.id, "fa_missing"]
-    views = await graph.describe(t, ids_)
-    assert set(views) == set(ids_) - {"fa_missing"}
-    assert views[e1.id].text == "Ann: one" and views[e1.id].seq == 0
-    assert views[e1.id].provenance == [(e1.id, "t1")]
-    assert views[with_field.id].provenance == [(e1.id, "t1"), (e2.id, "t2")]
-    assert views[bare.id].provenance == [(e2.id, "t2")]
+    prov = await graph.provenance(t, ids_)
+    assert prov[e1.id] == [(e1.id, "t1")]
+    assert prov[with_field.id] == [(e1.id, "t1"), (e2.id, "t2")]
+    assert prov[bare.id] == [(e2.id, "t2")]
     # a reflection's turns are its facts' sources, each once
-    assert sorted(views[refl.id].provenance) == sorted([(e1.id, "t1"), (e2.id, "t2")])
+    assert sorted(prov[refl.id]) == sorted([(e1.id, "t1"), (e2.id, "t2")])
+    assert prov["fa_missing"] == []
     # another tenant sees none of it
-    assert await graph.describe("other", ids_) == {}
+    assert all(not v for v in (await graph.provenance("other", ids_)).values())
 
 
 async def test_similarities_are_exact_and_scoped_to_the_tenant(
@@ -237,18 +236,31 @@ async def test_similarities_are_exact_and_scoped_to_the_tenant(
     for e in [*eps, theirs]:
         await graph.append_episode(e)
     [q] = await embedder.embed(["pottery class"])
-    got = await index.similarities("acme", q, [e.id for e in eps] + [theirs.id, "ep_missing"])
+    asked = [e.id for e in eps] + [theirs.id, "ep_missing"]
+    hits = await index.similarities("acme", q, asked, fields=["text", "turn_id"])
+    got = {h.id: h for h in hits}
     assert set(got) == {e.id for e in eps}  # the other tenant's node and the missing one: absent
     for e, v in zip(eps, vecs, strict=True):
         want = float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q)))
-        assert abs(got[e.id] - want) < 1e-5
-    assert await index.similarities("acme", q, []) == {}
+        assert abs(got[e.id].similarity - want) < 1e-5
+        assert got[e.id].kind is NodeKind.EPISODE
+        assert got[e.id].fields == {"text": e.text, "turn_id": e.turn_id}
+    assert await index.similarities("acme", q, []) == []
+    # the KNN carries the same fields
+    [best] = await index.knn("acme", q, 1, fields=["text"])
+    assert best.id == eps[0].id and best.fields == {"text": texts[0]}
 
 
 def test_search_replies_parse_in_both_protocols():
     resp3 = {
         b"total_results": 1,
-        b"results": [{b"id": b"p:node:{t}:ep_1", b"extra_attributes": {b"dist": b"0.25"}}],
+        b"results": [
+            {
+                b"id": b"p:node:{t}:ep_1",
+                b"extra_attributes": {b"dist": b"0.25", b"text": b"caf\xc3\xa9"},
+            }
+        ],
     }
-    resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25"]]
-    assert _key_dist(resp3) == _key_dist(resp2) == [("p:node:{t}:ep_1", 0.25)]
+    resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25", b"text", b"caf\xc3\xa9"]]
+    want = [("p:node:{t}:ep_1", {"dist": "0.25", "text": "café"})]
+    assert _documents(resp3) == _documents(resp2) == want

@@ -65,10 +65,11 @@ from gaama.retrieval.ppr import (
     personalized_pagerank,
     symmetric_adjacency,
 )
-from gaama.store.graph import GraphStore, NodeView
+from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
+_SHOWN = ("text", "time", "conversation", "seq", "turn_id")  # stored fields an item shows
 MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
@@ -218,59 +219,66 @@ class Retriever:
 
         qvec = np.asarray((await self.embedder.embed([query]))[0], dtype=np.float32)
         lap("embed")
+        # The KNN reply carries each candidate's text, time and place (read by the Query Engine
+        # in the same call): no separate read of the pool.
         hits = await self.index.knn(
-            tenant, qvec, pool_size(k, p), subject=subject, conversation=conversation
+            tenant,
+            qvec,
+            pool_size(k, p),
+            subject=subject,
+            conversation=conversation,
+            fields=_SHOWN,
         )
         lap("knn")
         sims = {h.id: h.similarity for h in hits}
+        shown = {h.id: h.fields for h in hits}
         scores: dict[str, float] = {}
         sub: _Subgraph | None = None
         iterations = 0
-        # Text and provenance of the KNN candidates, in one call sent before the expansion: in
-        # gaama mode its reply is parsed while Redis computes the subgraph.
-        pool = [n for n in sims if _kind(n) in RETURNED_KINDS]
-        pool_read = asyncio.ensure_future(self.graph.describe(tenant, pool))
-        if mode == "semantic" or not hits:
-            views = await pool_read
-        else:
+        if mode != "semantic" and hits:
+            seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
+            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
+            lap("expand")
+            restart = np.zeros(len(sub.nodes))
+            restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
+            if not restart.any():  # no seed is similar at all: weigh them equally
+                restart[: len(seeds)] = 1.0
+            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
+            # less similar than every pool node, so only the graph can lift it — the
+            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
+            # They are chosen among the first ``expanded_read`` nodes the expansion admitted
+            # (nearest the most similar seeds, heaviest edges first), whose similarity and text
+            # Redis computes and reads while PPR runs here. Concepts are never returned.
+            ahead = [n for n in sub.nodes if n not in sims and _kind(n) in RETURNED_KINDS]
+            ahead = ahead[: max(p.expanded_read, p.expanded_candidates)]
+            read = asyncio.ensure_future(
+                self.index.similarities(tenant, qvec, ahead, fields=_SHOWN)
+            )
             try:
-                seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-                sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
-                lap("expand")
-                restart = np.zeros(len(sub.nodes))
-                restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
-                if not restart.any():  # no seed is similar at all: weigh them equally
-                    restart[: len(seeds)] = 1.0
-                views = await pool_read
                 result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
+                found = await read
             except BaseException:
-                pool_read.cancel()
+                read.cancel()
                 raise
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             lap("ppr")
-            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
-            # less similar than every pool node, so only the graph can lift it — the
-            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
-            # Concepts are never returned, so their similarity is never needed. Their exact
-            # similarities (computed inside Redis) and their text are read side by side.
-            missing = [n for n in sub.nodes if n not in sims and _kind(n) in RETURNED_KINDS]
-            missing.sort(key=lambda n: -scores[n])
-            missing = missing[: p.expanded_candidates]
-            found, more = await asyncio.gather(
-                self.index.similarities(tenant, qvec, missing),
-                self.graph.describe(tenant, missing),
-            )
-            views.update(more)
-            for node in missing:
-                sims[node] = found.get(node, 0.0)  # no vector: no similarity
+            found.sort(key=lambda h: -scores[h.id])
+            for hit in found[: p.expanded_candidates]:
+                sims[hit.id], shown[hit.id] = hit.similarity, hit.fields
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
         items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))
         for item in items:
-            _show(item, views.get(item.id))
+            _show(item, shown.get(item.id, {}))
         ranked = [i for i in top_k(items, k) if i.text]
         memory = pack([i for i in capped(items, caps) if i.text], caps)
+        # Provenance only of what is returned: one call for its facts and reflections (an
+        # episode's own turn id came with its text).
+        returned = {i.id: i for i in [*ranked, *memory]}
+        derived = [n for n, i in returned.items() if i.kind is not NodeKind.EPISODE]
+        for node, turns in (await self.graph.provenance(tenant, derived)).items():
+            returned[node].provenance = [Provenance(e, t) for e, t in turns]
         lap("pack")
         out = SearchResult(
             mode=mode,
@@ -334,18 +342,15 @@ def _run_ppr(sub: _Subgraph, restart: np.ndarray, p: RetrievalSettings) -> PPRRe
     )
 
 
-def _show(item: Item, view: NodeView | None) -> None:
-    """Copy a stored node's text, time, position and provenance onto its item (a node deleted
-    since the KNN read keeps an empty text and is dropped)."""
-    if view is None:
-        return
-    item.text, item.time, item.conversation, item.seq = (
-        view.text,
-        view.time,
-        view.conversation,
-        view.seq,
-    )
-    item.provenance = [Provenance(e, t) for e, t in view.provenance]
+def _show(item: Item, fields: Mapping[str, str]) -> None:
+    """Copy a node's stored text, time and place onto its item (a node deleted since the KNN
+    read has no fields: its empty text drops it)."""
+    item.text = fields.get("text", "")
+    item.time = float(fields.get("time") or 0.0)
+    item.conversation = fields.get("conversation", "")
+    item.seq = int(fields.get("seq") or 0)
+    if item.kind is NodeKind.EPISODE and "turn_id" in fields:
+        item.provenance = [Provenance(item.id, fields["turn_id"])]
 
 
 def _kind(node: str) -> NodeKind | None:

@@ -76,7 +76,8 @@ return out
 # The whole 2-hop expansion of a search in one call (see GraphStore.expand): breadth-first from
 # the seeds, edges followed both ways; hubs (degree > ARGV[4]) are not expanded through; a node's
 # neighbours are admitted heaviest walk weight first (ties by id); nodes outside the scope are
-# dropped (concepts are bridges and always kept); at most ARGV[5] nodes.
+# dropped (concepts are bridges and always kept); at most ARGV[5] nodes, and once that many are in,
+# no further adjacency is read.
 # ARGV: adj prefix, node prefix, hops, hub degree, max nodes, conversation ('' = any),
 #       subject ('' = any), concept id prefix, type weights "KIND=w;...", then the seeds.
 # Reply: {node ids, full degrees, edges i, j, w, i, j, w, ...}: each edge once, as indexes into
@@ -133,28 +134,26 @@ for hop = 1, hops do
   if #frontier == 0 or count >= cap then break end
   local ring = {}
   for _, u in ipairs(frontier) do
+    if count >= cap then break end  -- full: no more reads (see GraphStore.expand)
     local key = adjp .. u
     local d = call('HLEN', key)
     degree[u] = d
     if d <= hub then
       read[u] = true
       local flat = call('HGETALL', key)
-      local open = count < cap
       local nbs = {}
       for j = 1, #flat, 2 do
         local v, val = flat[j], flat[j + 1]
         ne = ne + 1
         eu[ne] = u; ev[ne] = v; ex[ne] = val
-        if open and not index[v] then nbs[#nbs + 1] = {v, walk(val)} end
+        if not index[v] then nbs[#nbs + 1] = {v, walk(val)} end
       end
-      if open then
-        table.sort(nbs, heavier)
-        for _, nb in ipairs(nbs) do
-          if count >= cap then break end
-          local v = nb[1]
-          if not index[v] and in_scope(v) then
-            count = count + 1; nodes[count] = v; index[v] = count; ring[#ring + 1] = v
-          end
+      table.sort(nbs, heavier)
+      for _, nb in ipairs(nbs) do
+        if count >= cap then break end
+        local v = nb[1]
+        if not index[v] and in_scope(v) then
+          count = count + 1; nodes[count] = v; index[v] = count; ring[#ring + 1] = v
         end
       end
     end
@@ -198,13 +197,12 @@ for i = 1, #KEYS do
 end
 return table.concat(parts)
 """
-# What a search returns about its candidates, in one call: text, time, conversation, position and
-# provenance (source episodes with their external turn ids) of each id. Provenance: an episode is
-# its own source; a fact's sources are its ``sources`` field (or, if it has none, its outgoing
-# DERIVED_FROM edges); a reflection's are the sources of its DERIVED_FROM_FACT facts.
-# ARGV: node prefix, adj prefix, then the ids.
-# Reply: per id {} or {text, time, conversation, seq, {episode, turn id, episode, turn id, ...}}.
-_DESCRIBE = """
+# Provenance of nodes, in one call: the source episodes, with their external turn ids, of each
+# id. An episode is its own source; a fact's sources are its ``sources`` field (or, if it has
+# none, its outgoing DERIVED_FROM edges); a reflection's are the sources of its
+# DERIVED_FROM_FACT facts. Episodes without a turn id and repeats are left out.
+# ARGV: node prefix, adj prefix, then the ids. Reply: per id {episode, turn id, ...}.
+_PROVENANCE = """
 local call, sub, gmatch = redis.call, string.sub, string.gmatch
 local nodep, adjp = ARGV[1], ARGV[2]
 local turns = {}
@@ -231,7 +229,22 @@ local function sources(fact, field)
   for e in gmatch(field, '[^,]+') do out[#out + 1] = e end
   return out
 end
-local function provenance(eps)
+local rows = {}
+for i = 3, #ARGV do
+  local id = ARGV[i]
+  local f = call('HMGET', nodep .. id, 'kind', 'sources')
+  local eps = {}
+  if f[1] == 'episode' then
+    eps = {id}
+  elseif f[1] == 'fact' then
+    eps = sources(id, f[2])
+  elseif f[1] == 'reflection' then
+    for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
+      for _, e in ipairs(sources(fact, call('HGET', nodep .. fact, 'sources'))) do
+        eps[#eps + 1] = e
+      end
+    end
+  end
   local prov, seen = {}, {}
   for _, e in ipairs(eps) do
     if not seen[e] then
@@ -243,33 +256,7 @@ local function provenance(eps)
       end
     end
   end
-  return prov
-end
-local rows = {}
-for i = 3, #ARGV do
-  local id = ARGV[i]
-  local f = call('HMGET', nodep .. id,
-    'kind', 'text', 'time', 'conversation', 'seq', 'turn_id', 'sources')
-  local kind, prov = f[1], {}
-  if kind == 'episode' then
-    if f[6] then prov = {id, f[6]} end
-    turns[id] = f[6] or false
-  elseif kind == 'fact' then
-    prov = provenance(sources(id, f[7]))
-  elseif kind == 'reflection' then
-    local eps = {}
-    for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
-      for _, e in ipairs(sources(fact, call('HGET', nodep .. fact, 'sources'))) do
-        eps[#eps + 1] = e
-      end
-    end
-    prov = provenance(eps)
-  end
-  if kind then
-    rows[i - 2] = {f[2] or '', f[3] or '', f[4] or '', f[5] or '', prov}
-  else
-    rows[i - 2] = {}
-  end
+  rows[i - 2] = prov
 end
 return rows
 """
@@ -348,18 +335,6 @@ def _parse_adj(value: bytes, node: str) -> Neighbour:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class NodeView:
-    """What a search shows of a node: its text, time, place in its conversation and provenance
-    (``(episode id, external turn id)`` of each source turn, in order, without repeats)."""
-
-    text: str
-    time: float
-    conversation: str
-    seq: int
-    provenance: list[tuple[str, str]]
-
-
 def _str(raw: bytes | None) -> str:
     return raw.decode("utf-8", "replace") if raw else ""
 
@@ -385,7 +360,7 @@ class GraphStore:
         self._hlen = redis.register_script(_MANY_HLEN)
         self._hgetall = redis.register_script(_MANY_HGETALL)
         self._expand = redis.register_script(_EXPAND)
-        self._describe = redis.register_script(_DESCRIBE)
+        self._provenance = redis.register_script(_PROVENANCE)
         self._hmget = redis.register_script(_MANY_HMGET)
         self._exists = redis.register_script(_MANY_EXISTS)
         self._vectors = redis.register_script(_MANY_VECTORS)
@@ -544,8 +519,10 @@ class GraphStore:
         ``hub_degree`` are not expanded through (their edges to nodes reached from elsewhere
         stay). A node's neighbours are admitted heaviest walk weight first (``type_weights[kind]
         · stored²``, ties by id) until ``max_nodes``; with a scope, non-concept nodes outside it
-        are dropped. Edges: every edge read on the way whose both ends are in the subgraph
-        (edges between two nodes of the outermost ring are not read).
+        are dropped. Once the subgraph is full no further adjacency is read, so the work is
+        bounded by ``max_nodes`` whatever the graph. Edges: every edge read on the way whose
+        both ends are in the subgraph (an edge between two nodes whose adjacency was not read —
+        the outermost ring, and nodes reached after the subgraph filled — is not seen).
         """
         if not seeds:
             return Expansion([], np.zeros(0, dtype=np.int64), np.zeros((0, 3)))
@@ -575,28 +552,22 @@ class GraphStore:
         rows[:, 2] /= _WEIGHT_UNITS
         return Expansion([i.decode() for i in ids], np.asarray(degrees, dtype=np.int64), rows)
 
-    async def describe(self, tenant: str, ids: Sequence[str]) -> dict[str, NodeView]:
-        """Views of the nodes of ``tenant`` in ``ids`` (absent ones left out), provenance
-        resolved inside Redis (see _DESCRIBE), in one round trip."""
+    async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+        """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn
+        id)``, in order and without repeats, resolved inside Redis in one round trip (see
+        _PROVENANCE). Missing nodes and concepts have none."""
         if not ids:
             return {}
         args = [self.keys.node(tenant, ""), self.keys.adj_prefix(tenant), *ids]
         try:  # one declared key routes the call to the tenant's shard
-            rows = await self._describe(keys=[self.keys.node(tenant, ids[0])], args=args)
+            rows = await self._provenance(keys=[self.keys.node(tenant, ids[0])], args=args)
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
             if isinstance(exc, ResponseError) and not transient_reply(exc):
                 raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return {
-            i: NodeView(
-                text=_str(r[0]),
-                time=float(r[1] or 0.0),
-                conversation=_str(r[2]),
-                seq=int(r[3] or 0),
-                provenance=[(_str(r[4][j]), _str(r[4][j + 1])) for j in range(0, len(r[4]), 2)],
-            )
+            i: [(_str(r[j]), _str(r[j + 1])) for j in range(0, len(r) - 1, 2)]
             for i, r in zip(ids, rows, strict=True)
-            if r
         }
 
     async def degrees(self, tenant: str, ids: Sequence[str]) -> dict[str, int]:

@@ -8,7 +8,7 @@ required argument and the TAG filter on it is built here: callers cannot forget 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,7 +17,6 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redisvl.index import AsyncSearchIndex
-from redisvl.query import VectorQuery
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
@@ -32,6 +31,10 @@ class Hit:
     id: str
     kind: NodeKind
     similarity: float  # cosine similarity in [-1, 1]
+    fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
+
+
+_DIST = "dist"  # the KNN distance's name in a search reply
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
@@ -115,8 +118,10 @@ class VectorIndex:
         kinds: Sequence[NodeKind] | None = None,
         conversation: str | None = None,
         subject: str | None = None,
+        fields: Sequence[str] = (),
     ) -> list[Hit]:
-        """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first."""
+        """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first, each with the
+        stored ``fields`` asked for (read by the Query Engine in the same call)."""
         flt: FilterExpression = Tag("tenant") == tenant
         if kinds:
             flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
@@ -124,56 +129,74 @@ class VectorIndex:
             flt = flt & (Tag("conversation") == conversation)
         if subject:
             flt = flt & (Tag("subject") == subject)
-        q = VectorQuery(
-            vector=np.asarray(vector, dtype=np.float32).tobytes(),
-            vector_field_name=VECTOR_FIELD,
-            return_fields=["kind"],
-            filter_expression=flt,
-            num_results=k,
-            ef_runtime=max(self.ef_runtime, k),
-        )
-        try:
-            rows: list[dict[str, Any]] = await self._index.query(q)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        return [
-            Hit(
-                id=self.keys.id_from_node_key(r["id"]),
-                kind=NodeKind(r["kind"]),
-                similarity=1.0 - float(r["vector_distance"]),
-            )
-            for r in rows
-        ]
+        ef = max(self.ef_runtime, k)
+        knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
+        return await self._search(f"({flt}){knn}", vector, k, fields, sort=True)
 
     async def similarities(
-        self, tenant: str, vector: Sequence[float] | np.ndarray, ids: Sequence[str]
-    ) -> dict[str, float]:
-        """Exact cosine similarity of ``vector`` to each node of ``tenant`` in ``ids``, computed
-        by the Query Engine (no vector leaves Redis). Nodes without a vector, missing nodes and
-        other tenants' nodes are absent from the result.
+        self,
+        tenant: str,
+        vector: Sequence[float] | np.ndarray,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str] = (),
+    ) -> list[Hit]:
+        """Exact cosine similarity of ``vector`` to each node of ``tenant`` in ``ids`` (with
+        the stored ``fields`` asked for), computed by the Query Engine: no vector leaves Redis.
+        Nodes without a vector, missing nodes and other tenants' nodes are absent.
 
         A KNN restricted to the given keys (INKEYS) with ad-hoc brute force: exact distances for
         exactly those documents, and the tenant filter still applies.
         """
         if not ids:
-            return {}
+            return []
         n = len(ids)
-        query = (
-            f"({Tag('tenant') == tenant})"
-            f"=>[KNN {n} @{VECTOR_FIELD} $vec HYBRID_POLICY ADHOC_BF AS dist]"
+        knn = f"=>[KNN {n} @{VECTOR_FIELD} $vec HYBRID_POLICY ADHOC_BF AS {_DIST}]"
+        keys = [self.keys.node(tenant, i) for i in ids]
+        return await self._search(
+            f"({Tag('tenant') == tenant}){knn}", vector, n, fields, in_keys=keys
         )
-        blob = np.asarray(vector, dtype=np.float32).tobytes()
-        # A raw command: redis-py's Query/Result objects cost more than the search itself here.
+
+    async def _search(
+        self,
+        query: str,
+        vector: Sequence[float] | np.ndarray,
+        limit: int,
+        fields: Sequence[str],
+        *,
+        sort: bool = False,
+        in_keys: Sequence[str] = (),
+    ) -> list[Hit]:
+        # A raw command: on this hot path RedisVL's and redis-py's query and result objects
+        # cost more than the search itself.
+        returned = [_DIST, "kind", *(f for f in fields if f not in (_DIST, "kind"))]
+        args: list[Any] = ["FT.SEARCH", self.name, query]
+        if in_keys:
+            args += ["INKEYS", len(in_keys), *in_keys]
+        args += ["RETURN", len(returned), *returned]
+        if sort:
+            args += ["SORTBY", _DIST]
+        args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
+        args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
-            reply = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.SEARCH", self.name, query,
-                "INKEYS", n, *(self.keys.node(tenant, i) for i in ids),
-                "RETURN", 1, "dist", "PARAMS", 2, "vec", blob,
-                "LIMIT", 0, n, "DIALECT", 2,
-            )  # fmt: skip
+            reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        return {self.keys.id_from_node_key(key): 1.0 - dist for key, dist in _key_dist(reply)}
+        hits = []
+        for key, row in _documents(reply):
+            kind = row.pop("kind", "")
+            dist = row.pop(_DIST, "")
+            if not kind or not dist:  # not a node of ours (no kind) or no vector
+                continue
+            hits.append(
+                Hit(
+                    id=self.keys.id_from_node_key(key),
+                    kind=NodeKind(kind),
+                    similarity=1.0 - float(dist),
+                    fields=row,
+                )
+            )
+        return hits
 
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
@@ -225,18 +248,22 @@ def _dim_from_info(info: Any) -> int | None:
 
 
 def _str(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
-def _key_dist(reply: Any) -> list[tuple[str, float]]:
-    """(key, dist) of each document of an FT.SEARCH reply returning the one field ``dist``,
-    in either protocol: RESP3 gives a map, RESP2 ``[total, key, [field, value], ...]``."""
+def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """(key, fields) of each document of an FT.SEARCH reply, in either protocol: RESP3 gives a
+    map, RESP2 ``[total, key, [field, value, ...], ...]``."""
     if isinstance(reply, dict):
         rows: list[dict[Any, Any]] = reply.get(b"results") or reply.get("results") or []
         out = []
         for row in rows:
             row = {_str(k): v for k, v in row.items()}
-            attrs = {_str(k): v for k, v in row["extra_attributes"].items()}
-            out.append((_str(row["id"]), float(_str(attrs["dist"]))))
+            attrs = row.get("extra_attributes") or {}
+            out.append((_str(row["id"]), {_str(k): _str(v) for k, v in attrs.items()}))
         return out
-    return [(_str(reply[i]), float(_str(reply[i + 1][1]))) for i in range(1, len(reply) - 1, 2)]
+    return [(_str(reply[i]), _pairs(reply[i + 1])) for i in range(1, len(reply) - 1, 2)]
+
+
+def _pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return {_str(flat[j]): _str(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
