@@ -516,7 +516,9 @@ def docs_section(doc: dict[str, Any]) -> str:
         f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}, "
         f"{m['memory_gb']} GB). Latency is client-side over HTTP to the real query service "
         "(one process), the query embedded by MiniLM in the service; stage columns are the "
-        "service's own p50 per stage (ms). Graphs: 45 % episodes in NEXT chains, 35 % facts, "
+        "service's own p50 per stage (ms). The modes of one size and concurrency run in four "
+        "interleaved rounds (A B B A …) so that drift of this shared machine falls on both "
+        "alike. Graphs: 45 % episodes in NEXT chains, 35 % facts, "
         "10 % concepts (Pareto-tailed degree), 10 % reflections; synthetic topic-clustered "
         "vectors (see `gaama/bench/synthetic.py`).",
         "",
