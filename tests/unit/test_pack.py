@@ -102,3 +102,21 @@ def test_order_facts_reflections_then_episodes_in_time_order() -> None:
 def test_ranked_list_is_by_score() -> None:
     items = [item("e1", E, 0.2), item("f1", F, 0.9), item("r1", R, 0.5), item("c1", C, 1.0)]
     assert [i.id for i in top_k(items, 2)] == ["f1", "r1"]
+
+
+def test_no_turn_is_packed_twice() -> None:
+    # e1 is the source of the packed fact f1: skipped, and its words go to e2 and e3.
+    f1 = item("f1", F, 3.0, words=5)
+    f1.sources = ("e1",)
+    episodes = [item("e1", E, 2.0, words=10), item("e2", E, 1.5, words=10)]
+    episodes.append(item("e3", E, 1.0, words=10))
+    packed = pack([f1, *episodes], Caps(budget_words=20))
+    assert {i.id for i in packed} == {"f1", "e2"}
+    packed = pack([f1, *episodes], Caps(budget_words=35))
+    assert {i.id for i in packed} == {"f1", "e2", "e3"}
+    # Even ranked above its fact, an episode the fact carries is skipped (facts are served first).
+    top = item("e1", E, 9.0, words=10)
+    assert {i.id for i in pack([f1, top], Caps(budget_words=100))} == {"f1"}
+    # A fact that does not say its sources skips nothing.
+    f2 = item("f2", F, 3.0, words=5)
+    assert {i.id for i in pack([f2, *episodes], Caps(budget_words=100))} == {"f2", "e1", "e2", "e3"}

@@ -7,12 +7,16 @@ The rule, precisely:
 2. Caps per kind: only the best ``cap`` facts, reflections and episodes stay eligible.
 3. Word budget, trimmed in proportion to the caps. Each kind with at least one eligible item gets
    a share ``budget · cap_kind / Σ caps`` (the sum over those kinds, so a kind with nothing to
-   offer leaves no share unused). Within its share a kind takes its items in rank order and stops
-   at the first that does not fit.
+   offer leaves no share unused). Kinds are served facts, reflections, episodes; within its share
+   a kind takes its items in rank order and stops at the first that does not fit.
 4. Unused shares are pooled and redistributed: the remaining eligible items of every kind, in
    global rank order, are added while they fit what is left of the whole budget (an item too long
    for the remainder is skipped, a shorter later one may still fit).
-5. Order of the packed memory: facts by score, then reflections by score, then episodes back in
+5. No turn is packed twice: an episode that is the source of a fact already packed is skipped
+   (its content is in the memory already, in fewer words) and costs nothing. Refinement of the
+   paper's rule: without it the graph's expansion, which reaches the source episodes of the facts
+   it starts from, spends the episodes' share on turns the memory already holds.
+6. Order of the packed memory: facts by score, then reflections by score, then episodes back in
    time order (ties — turns of one session share its time — by conversation, then position in the
    conversation) so the turns read like the conversation.
 
@@ -53,6 +57,7 @@ class Item:
     ppr: float = 0.0  # max-normalised PPR in [0, 1]
     score: float = 0.0
     provenance: list[Provenance] = field(default_factory=list)
+    sources: tuple[str, ...] = ()  # a fact's source episode ids (for packing, rule 5)
 
     @property
     def words(self) -> int:
@@ -121,19 +126,28 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
     eligible = capped(items, caps)
     share = shares((i.kind for i in eligible), caps)
     chosen: set[str] = set()
+    carried: set[str] = set()  # episodes whose turn a packed fact carries
+
+    def take(item: Item) -> None:
+        chosen.add(item.id)
+        if item.kind is NodeKind.FACT:
+            carried.update(item.sources)
+
     used = 0
-    for kind, allowance in share.items():
+    for kind in RETURNED_KINDS:
+        if kind not in share:
+            continue
         spent = 0
-        for item in (i for i in eligible if i.kind is kind):
-            if spent + item.words > allowance:
+        for item in (i for i in eligible if i.kind is kind and i.id not in carried):
+            if spent + item.words > share[kind]:
                 break
             spent += item.words
-            chosen.add(item.id)
+            take(item)
         used += spent
     left = caps.budget_words - used
     for item in eligible:
-        if item.id not in chosen and item.words <= left:
-            chosen.add(item.id)
+        if item.id not in chosen and item.id not in carried and item.words <= left:
+            take(item)
             left -= item.words
     return order_memory([i for i in eligible if i.id in chosen])
 

@@ -69,7 +69,8 @@ from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
-_SHOWN = ("text", "time", "conversation", "seq", "turn_id")  # stored fields an item shows
+# Stored fields read with each candidate: what an item shows, and a fact's source episodes.
+_SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources")
 MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
@@ -351,6 +352,8 @@ def _show(item: Item, fields: Mapping[str, str]) -> None:
     item.seq = int(fields.get("seq") or 0)
     if item.kind is NodeKind.EPISODE and "turn_id" in fields:
         item.provenance = [Provenance(item.id, fields["turn_id"])]
+    elif item.kind is NodeKind.FACT:
+        item.sources = tuple(e for e in fields.get("sources", "").split(",") if e)
 
 
 def _kind(node: str) -> NodeKind | None:
