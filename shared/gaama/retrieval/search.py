@@ -12,16 +12,20 @@ choices the paper leaves open, made here:
   server-side script call (:meth:`GraphStore.expand`). **Hubs (store degree >
   ``hub_degree``) are not expanded through**: their edges to nodes reached from elsewhere stay in
   the subgraph, their other neighbours never enter it. This is hub dampening applied to the walk's
-  reach, and it keeps the subgraph bounded however large a tenant's hubs grow. The subgraph holds
-  every edge seen on the way (all edges of expanded nodes); edges between two nodes of the
-  outermost ring would need one more read and are left out. Every node's degree for hub detection
-  is its full store degree. New nodes are admitted in order (frontier in similarity/discovery
-  order, each node's neighbours by walk weight) until the subgraph holds ``max_expanded`` (500)
-  nodes; then expansion stops. On LoCoMo 500 lost no recall against 4000, and it bounds latency.
+  reach, and it keeps the subgraph bounded however large a tenant's hubs grow. New nodes are
+  admitted in order (frontier in similarity/discovery order, each node's neighbours by walk
+  weight) until the subgraph holds ``max_expanded`` (500) nodes; then no further adjacency is
+  read. The subgraph holds every edge read on the way; edges between nodes whose adjacency was
+  not read (the outermost ring, nodes reached after the subgraph filled) are left out. Every
+  node's degree for hub detection is its full store degree. On LoCoMo, 500 nodes lost no recall
+  against 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
-  expanded node outside it is less similar than every pool node and only PPR can lift it. The
-  ``expanded_candidates`` (100) expanded nodes with the most PPR mass get their stored vectors
-  read and join the candidates; the rest cannot compete and are not read (PPR runs first).
+  expanded node outside it is less similar than every pool node and only PPR can lift it. While
+  PPR runs, the Query Engine computes the exact similarity (and returns the text) of the first
+  ``expanded_read`` (120) expanded nodes outside the pool; the ``expanded_candidates`` (100) of
+  them with the most PPR mass join the candidates.
+- **Provenance** is read only for what is returned (one call after packing); a fact's source
+  episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
   before they join the subgraph (the authors' expansion ignored scope). Concepts carry no
   conversation; they stay in as bridges and are never returned.
