@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from gaama import ids
-from gaama.errors import DimensionMismatch, ValidationError
+from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex, _documents
@@ -264,3 +264,9 @@ def test_search_replies_parse_in_both_protocols():
     resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25", b"text", b"caf\xc3\xa9"]]
     want = [("p:node:{t}:ep_1", {"dist": "0.25", "text": "café"})]
     assert _documents(resp3) == _documents(resp2) == want
+
+
+async def test_a_missing_index_is_unavailable_not_a_crash(redis_client, keys):
+    gone = VectorIndex(redis_client, "no-such-gaama-index", 384, keys)
+    with pytest.raises(StoreUnavailable, match="vector index 'no-such-gaama-index' missing"):
+        await gone.knn("acme", np.zeros(384, dtype=np.float32), 5)

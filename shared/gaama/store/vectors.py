@@ -22,7 +22,7 @@ from redisvl.schema import IndexSchema
 
 from gaama.errors import DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.graph import VECTOR_FIELD
+from gaama.store.graph import VECTOR_FIELD, transient_reply
 from gaama.store.keys import Keys
 
 
@@ -182,6 +182,12 @@ class VectorIndex:
             reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        except ResponseError as exc:
+            if "no such index" in str(exc).lower():
+                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
+            if transient_reply(exc):
+                raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+            raise
         hits = []
         for key, row in _documents(reply):
             kind = row.pop("kind", "")
