@@ -97,8 +97,12 @@ local function walk(val)
   local ww = weights[val]
   if ww == nil then
     local bar = find(val, '|', 1, true)
-    local w = num(sub(val, bar + 3)) or 0
-    ww = (tw[sub(val, 1, bar - 1)] or 0) * w * w
+    if bar then
+      local w = num(sub(val, bar + 3)) or 0
+      ww = (tw[sub(val, 1, bar - 1)] or 0) * w * w
+    else
+      ww = 0  -- not an adjacency value of ours: no walk weight
+    end
     weights[val] = ww
   end
   return ww
