@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -75,8 +76,20 @@ def _plugins() -> list:  # type: ignore[type-arg]
     return out
 
 
+def stop_on_sigterm() -> None:
+    """Make SIGTERM unwind like Ctrl-C: Python's default handler ends the process without running
+    ``finally`` blocks, which would leave the services and the embedded stack a command started
+    (``timeout``, ``kill``, a CI runner or a container stop all send SIGTERM)."""
+
+    def interrupt(signum: int, _frame: object) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    stop_on_sigterm()
     try:
         return int(args.func(args))
     except GaamaError as exc:
