@@ -88,6 +88,8 @@ def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
         assert r["p50_ms"] <= r["p95_ms"] <= r["p99_ms"]
         assert set(r["stage_p50_ms"]) == set(STAGES)
         assert r["stage_p50_ms"]["embed"] > 0 and r["stage_p50_ms"]["knn"] > 0
+        assert r["requests"] == 12  # 10 asked for, in 4 interleaved rounds of 3
+        assert (r["stage_p50_ms"]["expand"] > 0) == (r["mode"] == "gaama")
     assert doc["redis_bytes_per_node"]["300"] > 0 and doc["load_seconds"]["300"] > 0
     assert doc["machine"]["cpus"] >= 1 and doc["date"] and doc["command"]
     assert any("1M" in t["target"] and t["holds"] is None for t in doc["targets"])
