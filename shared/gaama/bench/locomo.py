@@ -68,7 +68,7 @@ from gaama.retrieval.pack import Caps, Item, pack, render_memory
 from gaama.retrieval.search import Retriever
 from gaama.store import connect
 from gaama.store.chunks import ChunkStore
-from gaama.store.graph import GraphStore
+from gaama.store.graph import GraphStore, as_text
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
@@ -182,12 +182,6 @@ def covers(item: Item) -> frozenset[str]:
     return frozenset(p.turn_id for p in item.provenance if p.turn_id)
 
 
-def _dec(raw: bytes | str | None) -> str:
-    if raw is None:
-        return ""
-    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-
-
 @dataclass(slots=True)
 class ConvIndex:
     """One conversation's episodes loaded from Redis, for the flat and entity-PPR modes."""
@@ -206,7 +200,7 @@ class ConvIndex:
         vectors = await stores.graph.vectors(tenant, ids, stores.embedder.dim)
         passages, times = [], []
         for i in ids:
-            turn, raw, text, t = (_dec(b) for b in rows.get(i, [None, None, None, None]))
+            turn, raw, text, t = (as_text(b) for b in rows.get(i, [None, None, None, None]))
             passages.append(Passage(i, turn, raw or text, text))
             times.append(float(t or 0.0))
         graph = await asyncio.to_thread(EntityGraph, passages, vectors)
@@ -317,7 +311,7 @@ async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
             match=f"{keys.adj_prefix(tenant)}*", count=1000
         ):
             for value in (await stores.graph.redis.hgetall(key)).values():
-                edge_kind, direction, _ = _dec(value).split("|")
+                edge_kind, direction, _ = as_text(value).split("|")
                 if direction == "o" and edge_kind in edges:
                     edges[edge_kind] += 1
     return {**counts, "edges": edges}

@@ -144,10 +144,6 @@ def _norm_max(values: np.ndarray) -> np.ndarray:
     return values / top if top > 0 else np.zeros_like(values)
 
 
-def _text(raw: bytes | None) -> str:
-    return raw.decode("utf-8", "replace") if raw is not None else ""
-
-
 class Retriever:
     """Searches one tenant's memory; every store call is scoped to the tenant passed in.
 

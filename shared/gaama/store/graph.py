@@ -339,8 +339,12 @@ def _parse_adj(value: bytes, node: str) -> Neighbour:
     )
 
 
-def _str(raw: bytes | None) -> str:
-    return raw.decode("utf-8", "replace") if raw else ""
+def as_text(raw: object) -> str:
+    """A Redis reply value as text: ``None`` is empty, bytes are UTF-8 (invalid bytes replaced,
+    never fatal)."""
+    if raw is None:
+        return ""
+    return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -570,7 +574,7 @@ class GraphStore:
                 raise
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return {
-            i: [(_str(r[j]), _str(r[j + 1])) for j in range(0, len(r) - 1, 2)]
+            i: [(as_text(r[j]), as_text(r[j + 1])) for j in range(0, len(r) - 1, 2)]
             for i, r in zip(ids, rows, strict=True)
         }
 

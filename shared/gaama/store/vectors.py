@@ -22,7 +22,7 @@ from redisvl.schema import IndexSchema
 
 from gaama.errors import DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.graph import VECTOR_FIELD, transient_reply
+from gaama.store.graph import VECTOR_FIELD, as_text, transient_reply
 from gaama.store.keys import Keys
 
 
@@ -253,10 +253,6 @@ def _dim_from_info(info: Any) -> int | None:
     return walk(info)
 
 
-def _str(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
 def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
     """(key, fields) of each document of an FT.SEARCH reply, in either protocol: RESP3 gives a
     map, RESP2 ``[total, key, [field, value, ...], ...]``."""
@@ -264,12 +260,12 @@ def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
         rows: list[dict[Any, Any]] = reply.get(b"results") or reply.get("results") or []
         out = []
         for row in rows:
-            row = {_str(k): v for k, v in row.items()}
+            row = {as_text(k): v for k, v in row.items()}
             attrs = row.get("extra_attributes") or {}
-            out.append((_str(row["id"]), {_str(k): _str(v) for k, v in attrs.items()}))
+            out.append((as_text(row["id"]), {as_text(k): as_text(v) for k, v in attrs.items()}))
         return out
-    return [(_str(reply[i]), _pairs(reply[i + 1])) for i in range(1, len(reply) - 1, 2)]
+    return [(as_text(reply[i]), _pairs(reply[i + 1])) for i in range(1, len(reply) - 1, 2)]
 
 
 def _pairs(flat: Sequence[Any]) -> dict[str, str]:
-    return {_str(flat[j]): _str(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
+    return {as_text(flat[j]): as_text(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
