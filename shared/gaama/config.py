@@ -47,7 +47,7 @@ class RetrievalSettings(BaseModel):
     # Bounds the subgraph (and latency); 500 lost no LoCoMo recall against 4000 (docs/benchmarks.md)
     max_expanded: int = Field(500, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
-    # the first ``expanded_read`` the expansion admitted (read while PPR runs).
+    # the first ``expanded_read`` the expansion admitted (read in the expansion's round trip).
     expanded_candidates: int = Field(100, ge=0, le=100000)
     expanded_read: int = Field(120, ge=0, le=100000)
 

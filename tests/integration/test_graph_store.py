@@ -8,6 +8,7 @@ import pytest
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
+from gaama.retrieval.search import cosine
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex, _documents
 
@@ -192,6 +193,62 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
     assert other.nodes == [n["f0"].id] and other.edges.size == 0
 
 
+async def test_expand_reads_ahead_the_fields_and_vectors_of_expanded_nodes(graph: GraphStore):
+    """The read-ahead returns, in admission order, the first returnable nodes outside the pool
+    that have a vector: no concepts, no pool or seed nodes, nothing without a vector, nothing of
+    another tenant."""
+    t, dim = "acme", 8
+    rng = np.random.default_rng(7)
+
+    def with_vector(node: Node, vector: bool = True) -> Node:
+        node.vector = rng.standard_normal(dim).astype(np.float32).tolist() if vector else None
+        return node
+
+    n = {
+        "f0": with_vector(_node(t, NodeKind.FACT, "f0", "c1")),
+        "e1": with_vector(_node(t, NodeKind.EPISODE, "e1", "c1")),
+        "e2": with_vector(_node(t, NodeKind.EPISODE, "e2", "c1")),
+        "c": with_vector(_node(t, NodeKind.CONCEPT, "c")),
+        "r": with_vector(_node(t, NodeKind.REFLECTION, "r", "c1")),
+        "f2": with_vector(_node(t, NodeKind.FACT, "f2", "c1"), vector=False),
+        "f3": with_vector(_node(t, NodeKind.FACT, "f3", "c1")),
+    }
+    edges = [
+        Edge(n["f0"].id, n["e1"].id, EdgeKind.DERIVED_FROM, 1.0),  # walk weight 0.8
+        Edge(n["f0"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),  # 0.648
+        Edge(n["r"].id, n["f0"].id, EdgeKind.DERIVED_FROM_FACT, 1.0),  # 0.5
+        Edge(n["e1"].id, n["e2"].id, EdgeKind.NEXT, 1.0),
+        Edge(n["f2"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 1.0),
+        Edge(n["f3"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),
+    ]
+    await graph.write(t, list(n.values()), edges)
+    name = {node.id: k for k, node in n.items()}
+    common = {"hops": 2, "hub_degree": 50, "max_nodes": 500, "type_weights": EDGE_TYPE_WEIGHTS}
+    fields = ("text", "turn_id")
+    sub = await graph.expand(
+        t, [n["f0"].id], read_ahead=10, pool=[n["e2"].id], fields=fields, dim=dim, **common
+    )
+    assert [name[i] for i in sub.nodes] == ["f0", "e1", "c", "r", "e2", "f2", "f3"]
+    assert [name[i] for i, _ in sub.ahead] == ["e1", "r", "f3"]
+    assert sub.ahead[0][1] == {"text": "text of e1", "turn_id": "turn-e1"}
+    assert sub.ahead[1][1] == {"text": "text of r"}  # an absent field is left out
+    assert sub.ahead_vectors.shape == (3, dim)
+    for (node, _), vector in zip(sub.ahead, sub.ahead_vectors, strict=True):
+        assert np.array_equal(vector, np.asarray(n[name[node]].vector, dtype=np.float32))
+    # the first N only
+    two = await graph.expand(t, [n["f0"].id], read_ahead=2, fields=fields, dim=dim, **common)
+    assert [name[i] for i, _ in two.ahead] == ["e1", "r"]
+    # none asked, none read
+    plain = await graph.expand(t, [n["f0"].id], **common)
+    assert plain.ahead == [] and plain.ahead_vectors.size == 0
+    # a vector of another dimension is not this index's: passed over
+    other_dim = await graph.expand(t, [n["f0"].id], read_ahead=10, dim=dim + 1, **common)
+    assert other_dim.ahead == []
+    # another tenant's seed id reaches nothing, so reads nothing
+    other = await graph.expand("other", [n["f0"].id], read_ahead=10, dim=dim, **common)
+    assert other.ahead == []
+
+
 async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
     t = "acme"
     vecs = await embedder.embed(["one", "two"])
@@ -225,9 +282,12 @@ async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
     assert all(not v for v in (await graph.provenance("other", ids_)).values())
 
 
-async def test_similarities_are_exact_and_scoped_to_the_tenant(
+async def test_read_ahead_similarity_equals_the_index_similarity(
     graph: GraphStore, index: VectorIndex, embedder
 ):
+    """Expanded nodes' similarity is computed in the service from the vectors the expansion reads
+    ahead; it must be the vector index's own cosine similarity, so pool and expanded candidates
+    are scored on one scale."""
     texts = ["I love pottery", "We went camping", "My dog is called Rex"]
     vecs = await embedder.embed(texts)
     pairs = enumerate(zip(texts, vecs, strict=True))
@@ -236,17 +296,26 @@ async def test_similarities_are_exact_and_scoped_to_the_tenant(
     for e in [*eps, theirs]:
         await graph.append_episode(e)
     [q] = await embedder.embed(["pottery class"])
-    asked = [e.id for e in eps] + [theirs.id, "ep_missing"]
-    hits = await index.similarities("acme", q, asked, fields=["text", "turn_id"])
-    got = {h.id: h for h in hits}
-    assert set(got) == {e.id for e in eps}  # the other tenant's node and the missing one: absent
-    for e, v in zip(eps, vecs, strict=True):
-        want = float(v @ q / (np.linalg.norm(v) * np.linalg.norm(q)))
-        assert abs(got[e.id].similarity - want) < 1e-5
-        assert got[e.id].kind is NodeKind.EPISODE
-        assert got[e.id].fields == {"text": e.text, "turn_id": e.turn_id}
-    assert await index.similarities("acme", q, []) == []
-    # the KNN carries the same fields
+    sub = await graph.expand(
+        "acme",
+        [eps[0].id],
+        hops=2,
+        hub_degree=50,
+        max_nodes=500,
+        type_weights=EDGE_TYPE_WEIGHTS,
+        read_ahead=10,
+        fields=["text", "turn_id"],
+        dim=len(q),
+    )
+    # the NEXT chain reaches the other two turns of this tenant, never the other tenant's
+    assert [node for node, _ in sub.ahead] == [eps[1].id, eps[2].id]
+    assert [f for _, f in sub.ahead] == [{"text": e.text, "turn_id": e.turn_id} for e in eps[1:]]
+    hits = {h.id: h.similarity for h in await index.knn("acme", q, 3)}
+    assert set(hits) == {e.id for e in eps}
+    ours = cosine(sub.ahead_vectors, np.asarray(q, dtype=np.float32))
+    for (node, _), similarity in zip(sub.ahead, ours.tolist(), strict=True):
+        assert abs(similarity - hits[node]) < 1e-5
+    # the KNN carries the stored fields asked for
     [best] = await index.knn("acme", q, 1, fields=["text"])
     assert best.id == eps[0].id and best.fields == {"text": texts[0]}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from gaama.model import NodeKind
@@ -15,6 +16,7 @@ from gaama.retrieval.pack import (
     top_k,
     total_words,
 )
+from gaama.retrieval.search import cosine
 
 F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
 
@@ -120,3 +122,16 @@ def test_no_turn_is_packed_twice() -> None:
     # A fact that does not say its sources skips nothing.
     f2 = item("f2", F, 3.0, words=5)
     assert {i.id for i in pack([f2, *episodes], Caps(budget_words=100))} == {"f2", "e1", "e2", "e3"}
+
+
+def test_cosine_matches_the_definition_and_gives_zero_for_a_zero_vector():
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((4, 6)).astype(np.float32)
+    vectors[2] = 0.0  # a stored zero vector has no direction: similarity 0, not NaN
+    query = rng.standard_normal(6).astype(np.float32)
+    got = cosine(vectors, query)
+    for row, value in zip(vectors, got.tolist(), strict=True):
+        norm = float(np.linalg.norm(row) * np.linalg.norm(query))
+        assert value == pytest.approx(float(row @ query) / norm if norm else 0.0, abs=1e-6)
+    assert got[2] == 0.0
+    assert cosine(np.zeros((0, 6), dtype=np.float32), query).shape == (0,)

@@ -20,10 +20,13 @@ choices the paper leaves open, made here:
   node's degree for hub detection is its full store degree. On LoCoMo, 500 nodes lost no recall
   against 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
-  expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs, the Query Engine computes the exact similarity (and returns the text) of the first
-  ``expanded_read`` (120) expanded nodes outside the pool; the ``expanded_candidates`` (100) of
-  them with the most PPR mass join the candidates.
+  expanded node outside it is less similar than every pool node and only PPR can lift it. The
+  expansion call also returns the stored fields and vector of the first ``expanded_read`` (120)
+  returnable nodes it admitted outside the pool (nearest the most similar seeds, heaviest edges
+  first); their cosine similarity is computed here (microseconds), and the
+  ``expanded_candidates`` (100) of them with the most PPR mass join the candidates. Reading them
+  in the expansion's round trip saves a second query (a Query Engine search over those keys,
+  which an earlier version ran while PPR ran) and its round trip.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
   episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
@@ -69,7 +72,7 @@ from gaama.retrieval.ppr import (
     personalized_pagerank,
     symmetric_adjacency,
 )
-from gaama.store.graph import GraphStore
+from gaama.store.graph import Expansion, GraphStore
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
@@ -97,13 +100,6 @@ class SearchResult:
     @property
     def memory_text(self) -> str:
         return render_memory(self.memory)
-
-
-@dataclass(slots=True)
-class _Subgraph:
-    nodes: list[str]
-    edges: np.ndarray  # (i, j, walk weight) rows
-    degrees: np.ndarray
 
 
 def pool_size(k: int, params: RetrievalSettings) -> int:
@@ -234,39 +230,34 @@ class Retriever:
         sims = {h.id: h.similarity for h in hits}
         shown = {h.id: h.fields for h in hits}
         scores: dict[str, float] = {}
-        sub: _Subgraph | None = None
+        sub: Expansion | None = None
         iterations = 0
         if mode != "semantic" and hits:
             seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
+            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
+            # less similar than every pool node, so only the graph can lift it — the
+            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
+            # They are chosen among the first ``expanded_read`` nodes the expansion admitted
+            # (nearest the most similar seeds, heaviest edges first), whose fields and vectors
+            # the expansion call returns with the subgraph. Concepts are never returned.
+            sub = await self._expand(
+                tenant, [h.id for h in seeds], p, subject, conversation, pool=list(sims), qvec=qvec
+            )
             lap("expand")
             restart = np.zeros(len(sub.nodes))
             restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
-            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
-            # less similar than every pool node, so only the graph can lift it — the
-            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
-            # They are chosen among the first ``expanded_read`` nodes the expansion admitted
-            # (nearest the most similar seeds, heaviest edges first), whose similarity and text
-            # Redis computes and reads while PPR runs here. Concepts are never returned.
-            ahead = [n for n in sub.nodes if n not in sims and _kind(n) in RETURNED_KINDS]
-            ahead = ahead[: max(p.expanded_read, p.expanded_candidates)]
-            read = asyncio.ensure_future(
-                self.index.similarities(tenant, qvec, ahead, fields=_SHOWN)
-            )
-            try:
-                result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
-                found = await read
-            except BaseException:
-                read.cancel()
-                raise
+            result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
+            ahead = sorted(
+                zip(sub.ahead, cosine(sub.ahead_vectors, qvec).tolist(), strict=True),
+                key=lambda a: -scores[a[0][0]],
+            )
+            for (node, fields), similarity in ahead[: p.expanded_candidates]:
+                sims[node], shown[node] = similarity, fields
             lap("ppr")
-            found.sort(key=lambda h: -scores[h.id])
-            for hit in found[: p.expanded_candidates]:
-                sims[hit.id], shown[hit.id] = hit.similarity, hit.fields
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
         items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))
@@ -301,12 +292,15 @@ class Retriever:
         p: RetrievalSettings,
         subject: str | None,
         conversation: str | None,
-    ) -> _Subgraph:
+        *,
+        pool: Sequence[str],
+        qvec: np.ndarray,
+    ) -> Expansion:
         # One server-side call (GraphStore.expand): hubs are not expanded through — their edges
         # to nodes reached from elsewhere stay, but their hundreds of other neighbours never
         # enter the subgraph. This is hub dampening applied to the walk's reach, and it keeps the
         # subgraph (and latency) bounded however large a tenant's graph and its hubs grow.
-        sub = await self.graph.expand(
+        return await self.graph.expand(
             tenant,
             seeds,
             hops=p.hops,
@@ -315,8 +309,11 @@ class Retriever:
             type_weights=EDGE_TYPE_WEIGHTS,
             conversation=conversation,
             subject=subject,
+            read_ahead=max(p.expanded_read, p.expanded_candidates),
+            pool=pool,
+            fields=_SHOWN,
+            dim=int(qvec.size),
         )
-        return _Subgraph(sub.nodes, sub.edges, sub.degrees)
 
     def _observe(self, result: SearchResult, seconds: float) -> None:
         if self.metrics is None:
@@ -330,7 +327,20 @@ class Retriever:
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
 
 
-def _run_ppr(sub: _Subgraph, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
+def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of ``vectors`` to ``query`` (0 for a zero vector), as the
+    vector index's COSINE distance defines it (similarity = 1 − distance)."""
+    if not len(vectors):
+        return np.zeros(0)
+    v = vectors.astype(np.float64)
+    q = query.astype(np.float64)
+    norms = np.linalg.norm(v, axis=1) * float(np.linalg.norm(q))
+    dots: np.ndarray = v @ q
+    out: np.ndarray = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+    return out
+
+
+def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
     return personalized_pagerank(
         symmetric_adjacency(len(sub.nodes), sub.edges, unique=True),
         restart,

@@ -9,7 +9,7 @@ together or not at all.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -92,6 +92,13 @@ local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
 local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
 local tw = {}
 for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = num(w) end
+-- read-ahead: how many nodes, the fields to return (the vector last), its byte length, the id
+-- prefixes of returnable kinds; then the seed count, the seeds, the rest of the KNN pool
+local want, vlen = num(ARGV[10]), num(ARGV[12])
+local fields, returnable = {}, {}
+for f in string.gmatch(ARGV[11], '[^,]+') do fields[#fields + 1] = f end
+for p in string.gmatch(ARGV[13], '[^,]+') do returnable[p] = true end
+local nseeds = num(ARGV[14])
 local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
 local function walk(val)
   local ww = weights[val]
@@ -125,7 +132,7 @@ local function heavier(a, b)
 end
 local nodes, index, degree = {}, {}, {}
 local count = 0
-for i = 10, #ARGV do
+for i = 15, 14 + nseeds do
   local s = ARGV[i]
   if not index[s] then count = count + 1; nodes[count] = s; index[s] = count end
 end
@@ -177,7 +184,25 @@ for i = 1, ne do
     no = no + 3
   end
 end
-return {nodes, degrees, out}
+-- The read-ahead: stored fields and vector of the first ``want`` returnable nodes outside the
+-- KNN pool, in admission order (nearest the most similar seeds, heaviest edges first). A node
+-- without a vector of the expected length is passed over, as the vector index would.
+local pool = {}
+for i = 15, #ARGV do pool[ARGV[i]] = true end
+local ahead, na = {}, 0
+for i = 1, count do
+  if na >= want then break end
+  local v = nodes[i]
+  if not pool[v] and returnable[sub(v, 1, (find(v, '_', 1, true) or 0))] then
+    local row = call('HMGET', nodep .. v, unpack(fields))
+    local vec = row[#fields]
+    if vec and #vec == vlen then
+      na = na + 1
+      ahead[na] = {v, row}
+    end
+  end
+end
+return {nodes, degrees, out, ahead}
 """
 _MANY_HMGET = """
 local out = {}
@@ -351,11 +376,14 @@ def as_text(raw: object) -> str:
 class Expansion:
     """A subgraph read by :meth:`GraphStore.expand`: ids in admission order (seeds first), each
     node's full store degree, and ``(i, j, walk weight)`` rows indexing into ``nodes``, one per
-    undirected edge."""
+    undirected edge. ``ahead`` holds the read-ahead nodes' ids and stored fields, and
+    ``ahead_vectors`` their vectors, one row each (empty when none was asked for)."""
 
     nodes: list[str]
     degrees: np.ndarray
     edges: np.ndarray
+    ahead: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    ahead_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
 
 class GraphStore:
@@ -520,6 +548,10 @@ class GraphStore:
         type_weights: Mapping[EdgeKind, float],
         conversation: str | None = None,
         subject: str | None = None,
+        read_ahead: int = 0,
+        pool: Sequence[str] = (),
+        fields: Sequence[str] = (),
+        dim: int = 0,
     ) -> Expansion:
         """The subgraph around ``seeds``, computed inside Redis in one round trip.
 
@@ -531,10 +563,18 @@ class GraphStore:
         bounded by ``max_nodes`` whatever the graph. Edges: every edge read on the way whose
         both ends are in the subgraph (an edge between two nodes whose adjacency was not read —
         the outermost ring, and nodes reached after the subgraph filled — is not seen).
+
+        With ``read_ahead`` > 0 the same call also returns the stored ``fields`` and the
+        ``dim``-dimensional vector of the first ``read_ahead`` returnable nodes (facts,
+        reflections, episodes) admitted that are neither seeds nor in ``pool``, so that their
+        similarity to the query needs no further round trip. Every key read is under the
+        tenant's prefix: another tenant's node cannot be reached.
         """
         if not seeds:
             return Expansion([], np.zeros(0, dtype=np.int64), np.zeros((0, 3)))
         weights = ";".join(f"{k.value}={w!r}" for k, w in type_weights.items())
+        wanted = [f for f in fields if f != VECTOR_FIELD]
+        returnable = (NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE)
         args: list[Any] = [
             self.keys.adj_prefix(tenant),
             self.keys.node(tenant, ""),
@@ -545,11 +585,17 @@ class GraphStore:
             subject or "",
             f"{kind_prefix(NodeKind.CONCEPT)}_",
             weights,
+            read_ahead if dim > 0 else 0,
+            ",".join([*wanted, VECTOR_FIELD]),
+            dim * 4,
+            ",".join(f"{kind_prefix(k)}_" for k in returnable),
+            len(seeds),
             *seeds,
+            *pool,
         ]
         # One declared key routes the call to the tenant's shard; the rest share its hash slot.
         try:
-            ids, degrees, edges = await self._expand(
+            ids, degrees, edges, ahead = await self._expand(
                 keys=[self.keys.adj(tenant, seeds[0])], args=args
             )
         except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
@@ -558,7 +604,18 @@ class GraphStore:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         rows = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         rows[:, 2] /= _WEIGHT_UNITS
-        return Expansion([i.decode() for i in ids], np.asarray(degrees, dtype=np.int64), rows)
+        shown = [
+            (as_text(node), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
+            for node, row in ahead
+        ]
+        vectors = np.frombuffer(b"".join(row[-1] for _, row in ahead), dtype=np.float32)
+        return Expansion(
+            [i.decode() for i in ids],
+            np.asarray(degrees, dtype=np.int64),
+            rows,
+            shown,
+            vectors.reshape(len(ahead), dim) if dim > 0 else vectors.reshape(0, 0),
+        )
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn

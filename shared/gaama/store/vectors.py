@@ -133,30 +133,6 @@ class VectorIndex:
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
         return await self._search(f"({flt}){knn}", vector, k, fields, sort=True)
 
-    async def similarities(
-        self,
-        tenant: str,
-        vector: Sequence[float] | np.ndarray,
-        ids: Sequence[str],
-        *,
-        fields: Sequence[str] = (),
-    ) -> list[Hit]:
-        """Exact cosine similarity of ``vector`` to each node of ``tenant`` in ``ids`` (with
-        the stored ``fields`` asked for), computed by the Query Engine: no vector leaves Redis.
-        Nodes without a vector, missing nodes and other tenants' nodes are absent.
-
-        A KNN restricted to the given keys (INKEYS) with ad-hoc brute force: exact distances for
-        exactly those documents, and the tenant filter still applies.
-        """
-        if not ids:
-            return []
-        n = len(ids)
-        knn = f"=>[KNN {n} @{VECTOR_FIELD} $vec HYBRID_POLICY ADHOC_BF AS {_DIST}]"
-        keys = [self.keys.node(tenant, i) for i in ids]
-        return await self._search(
-            f"({Tag('tenant') == tenant}){knn}", vector, n, fields, in_keys=keys
-        )
-
     async def _search(
         self,
         query: str,
