@@ -146,9 +146,12 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
         used += spent
     left = caps.budget_words - used
     for item in eligible:
-        if item.id not in chosen and item.id not in carried and item.words <= left:
-            take(item)
-            left -= item.words
+        if item.id in chosen or item.id in carried or item.words > left:
+            continue
+        if item.kind is NodeKind.FACT and item.sources and chosen.issuperset(item.sources):
+            continue  # its turns were packed in full from the episodes' share
+        take(item)
+        left -= item.words
     return order_memory([i for i in eligible if i.id in chosen])
 
 
