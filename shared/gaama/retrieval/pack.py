@@ -15,7 +15,10 @@ The rule, precisely:
 5. No turn is packed twice: an episode that is the source of a fact already packed is skipped
    (its content is in the memory already, in fewer words) and costs nothing. Refinement of the
    paper's rule: without it the graph's expansion, which reaches the source episodes of the facts
-   it starts from, spends the episodes' share on turns the memory already holds.
+   it starts from, spends the episodes' share on turns the memory already holds. The other way
+   round too: in the pooled remainder (rule 4) a fact whose source episodes were all packed from
+   the episodes' share is passed over (the turns are there in full) and its words go to the next
+   item.
 6. Order of the packed memory: facts by score, then reflections by score, then episodes back in
    time order (ties — turns of one session share its time — by conversation, then position in the
    conversation) so the turns read like the conversation.
