@@ -124,14 +124,20 @@ def test_no_turn_is_packed_twice() -> None:
     assert {i.id for i in pack([f2, *episodes], Caps(budget_words=100))} == {"f2", "e1", "e2", "e3"}
 
 
-def test_a_turn_packed_from_the_episodes_share_is_not_repeated_by_its_fact() -> None:
+def test_a_fact_packed_from_the_remainder_replaces_the_episode_it_carries() -> None:
     # Shares of 15 words: f1 fills the facts' share, e1 the episodes'. Of the 10 words pooled,
-    # f2 would repeat e1's turn: it is passed over and the next fact, f3, takes the words.
+    # f2 takes 6 and carries e1's turn: e1 leaves and its 10 words let f3 and e2 in too.
     f1, f2, f3 = item("f1", F, 3.0, words=10), item("f2", F, 2.5, words=6), item("f3", F, 1.5, 6)
     f1.sources, f2.sources, f3.sources = ("e9",), ("e1",), ("e7",)
-    e1, e2 = item("e1", E, 2.0, words=10), item("e2", E, 1.0, words=10)
+    e1, e2 = item("e1", E, 2.0, words=10), item("e2", E, 1.0, words=8)
     packed = pack([f1, f2, e1, f3, e2], Caps(facts=3, reflections=0, episodes=3, budget_words=30))
-    assert {i.id for i in packed} == {"f1", "e1", "f3"}
+    assert {i.id for i in packed} == {"f1", "f2", "f3", "e2"}
+    assert total_words(packed) == 30
+    # The fact fits only with the episode's words returned: it still replaces the episode.
+    big = item("f2", F, 2.5, words=18)
+    big.sources = ("e1",)
+    packed = pack([f1, big, e1], Caps(facts=3, reflections=0, episodes=3, budget_words=30))
+    assert {i.id for i in packed} == {"f1", "f2"}
 
 
 def test_cosine_matches_the_definition_and_gives_zero_for_a_zero_vector():

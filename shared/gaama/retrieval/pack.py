@@ -15,10 +15,9 @@ The rule, precisely:
 5. No turn is packed twice: an episode that is the source of a fact already packed is skipped
    (its content is in the memory already, in fewer words) and costs nothing. Refinement of the
    paper's rule: without it the graph's expansion, which reaches the source episodes of the facts
-   it starts from, spends the episodes' share on turns the memory already holds. The other way
-   round too: in the pooled remainder (rule 4) a fact whose source episodes were all packed from
-   the episodes' share is passed over (the turns are there in full) and its words go to the next
-   item.
+   it starts from, spends the episodes' share on turns the memory already holds. The same holds
+   for a fact packed from the pooled remainder (rule 4) after its source episode was packed from
+   the episodes' share: the episode leaves the memory and its words return to the remainder.
 6. Order of the packed memory: facts by score, then reflections by score, then episodes back in
    time order (ties — turns of one session share its time — by conversation, then position in the
    conversation) so the turns read like the conversation.
@@ -148,13 +147,19 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
             take(item)
         used += spent
     left = caps.budget_words - used
+    words = {i.id: i.words for i in eligible}
     for item in eligible:
-        if item.id in chosen or item.id in carried or item.words > left:
+        if item.id in chosen or item.id in carried:
             continue
-        if item.kind is NodeKind.FACT and item.sources and chosen.issuperset(item.sources):
-            continue  # its turns were packed in full from the episodes' share
+        # A fact packed now carries episodes the episodes' share may already hold: they leave
+        # the memory (the fact says their turn in fewer words) and return their words.
+        repeated = [e for e in item.sources if e in chosen] if item.kind is NodeKind.FACT else []
+        refund = sum(words[e] for e in repeated)
+        if item.words > left + refund:
+            continue
+        chosen.difference_update(repeated)
         take(item)
-        left -= item.words
+        left += refund - item.words
     return order_memory([i for i in eligible if i.id in chosen])
 
 
