@@ -93,6 +93,22 @@ async def test_you_becomes_the_other_speaker() -> None:
     assert empathy[0].source_episode_ids == ("ep7",)
 
 
+async def test_clauses_joined_by_a_spaced_dash_are_facts_of_their_own() -> None:
+    chunk = [
+        _ep(1, "Jon", "My studio opened last week - I finally have a place to teach dance!"),
+        _ep(2, "Gina", "I run 5 - 6 km on a well-known trail every morning."),
+    ]
+    texts = [f.text for f in (await _extract(chunk)).facts]
+    # two clauses, two facts, each dated and rewritten on its own
+    assert any(t.startswith("Jon's studio opened") for t in texts)
+    assert any(t.startswith("Jon finally has a place to teach dance") for t in texts)
+    assert not any("studio" in t and "teach" in t for t in texts)
+    # a range between numbers and a hyphenated word are not clause breaks
+    assert [t for t in texts if "trail" in t] == [
+        "Gina runs 5 - 6 km on a well-known trail every morning (said on 8 May 2023)."
+    ]
+
+
 def test_pronoun_rules() -> None:
     assert rewrite_pronouns("I love my kids", "Melanie", "Caroline").text == (
         "Melanie loves Melanie's kids"

@@ -2,10 +2,11 @@
 
 Used when no LLM endpoint is configured, and in CI. Same schema as the LLM extractor:
 
-- facts: one per informative, non-question sentence of a turn, first person rewritten to the
-  speaker's name ("you" to the other speaker when the chunk has exactly two), relative dates
-  resolved against the turn's time, and the day it was said appended when the sentence carries
-  no date of its own ("Melanie painted that lake sunrise (said on 8 May 2023).");
+- facts: one per informative, non-question sentence of a turn (clauses joined by a spaced dash
+  count as sentences: "it opened last week - I teach there now" is two facts), first person
+  rewritten to the speaker's name ("you" to the other speaker when the chunk has exactly two),
+  relative dates resolved against the turn's time, and the day it was said appended when the
+  sentence carries no date of its own ("Melanie painted that lake sunrise (said on 8 May 2023).");
 - concepts: 1–3 YAKE-based labels per episode (see :mod:`gaama.extract.concepts`), reusing
   existing labels when they are near-duplicates;
 - reflections: facts sharing a subject and a concept, combined into one sentence.
@@ -50,6 +51,10 @@ _LEADING_FILLER = re.compile(
 )
 _BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
 _EXTRA_SPLIT = re.compile(r"(?<=[a-z]{2}[.!?])\s+(?=[A-Z])")
+# A spaced dash between words joins two clauses ("you won't believe it - I got the job"): each
+# is a sentence, so each becomes a fact of its own. Hyphens ("well-known") and ranges between
+# numbers ("5 - 6 hours") are not clause breaks.
+_DASH_SPLIT = re.compile(r"(?<=[^\W\d_]|[,.!?'\"])\s+[-–—]+\s+(?=[^\W\d_])")
 # Reactions to what the other person said carry no fact of their own.
 _REACTION = re.compile(
     r"^(?:that(?:'s| is| was| sounds| must| looks| seems)|this is|it(?:'s| is) so|sounds|looks|"
@@ -205,7 +210,8 @@ def _split_sentences(text: str) -> list[str]:
     for part in _segmenter().segment(text):
         # pysbd sometimes keeps "... to me. I ran ..." together; split again where a lower-case
         # word ends a sentence and a capital starts the next (abbreviations end otherwise).
-        sentences.extend(p.strip() for p in _EXTRA_SPLIT.split(part) if p.strip(" ."))
+        for piece in _EXTRA_SPLIT.split(part):
+            sentences.extend(c.strip() for c in _DASH_SPLIT.split(piece) if c.strip(" .,-–—"))
     return sentences
 
 
