@@ -2,12 +2,6 @@
 
 Both return L2-normalised float32 rows, so cosine similarity is a dot product. Encoding runs in a
 worker thread: it is CPU-bound and must not block the event loop.
-
-The local model encodes on one dedicated thread. torch's intra-op thread team (OpenMP) belongs to
-the thread that calls it: handing encodes to whichever thread of the shared default executor is
-free (the one that ran PPR last, say) makes torch wake or build another team, measured at ~3 ms
-per query on the query service; and encodes from several threads at once would oversubscribe the
-cores that torch's own threads already use.
 """
 
 from __future__ import annotations
@@ -16,7 +10,6 @@ import asyncio
 import os
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 import numpy as np
@@ -50,7 +43,6 @@ class MiniLMEmbedder:
     dim = 384
     _lock = threading.Lock()
     _model: Any = None
-    _executor: ThreadPoolExecutor | None = None
 
     def __init__(self, batch_size: int = 64, metrics: EmbedMetrics | None = None) -> None:
         self.batch_size = batch_size
@@ -91,19 +83,10 @@ class MiniLMEmbedder:
         return _normalise(out)
 
     async def embed(self, texts: list[str]) -> np.ndarray:
-        return await asyncio.get_running_loop().run_in_executor(
-            self._encoder(), self.embed_sync, texts
-        )
-
-    @classmethod
-    def _encoder(cls) -> ThreadPoolExecutor:
-        with cls._lock:
-            if cls._executor is None:
-                cls._executor = ThreadPoolExecutor(1, thread_name_prefix="gaama-embed")
-            return cls._executor
+        return await asyncio.to_thread(self.embed_sync, texts)
 
     def warm_up(self) -> None:
-        self._encoder().submit(self.embed_sync, ["warm up"]).result()
+        self.embed_sync(["warm up"])
 
 
 class OpenAIEmbedder:

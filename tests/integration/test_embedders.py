@@ -45,24 +45,3 @@ def test_minilm_dimension_mismatch_is_a_config_error():
     with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM=128"):
         build_embedder(load_settings(embed_dim=128))
     assert isinstance(build_embedder(load_settings()), MiniLMEmbedder)
-
-
-async def test_local_encodes_run_on_one_dedicated_thread(embedder: MiniLMEmbedder, monkeypatch):
-    """torch's thread team belongs to the calling thread: every encode, from any number of
-    concurrent callers, runs on the same dedicated thread (not the loop's shared executor)."""
-    import asyncio
-    import threading
-
-    seen: list[str] = []
-    encode = MiniLMEmbedder.embed_sync
-
-    def spy(self: MiniLMEmbedder, texts: list[str]) -> np.ndarray:
-        seen.append(threading.current_thread().name)
-        return encode(self, texts)
-
-    monkeypatch.setattr(MiniLMEmbedder, "embed_sync", spy)
-    await asyncio.gather(*(embedder.embed([f"text {i}"]) for i in range(6)))
-    await asyncio.to_thread(lambda: None)  # the default executor has threads of its own
-    assert len(seen) == 6
-    assert len(set(seen)) == 1 and seen[0].startswith("gaama-embed")
-    assert threading.current_thread().name not in seen
