@@ -8,6 +8,7 @@ import pytest
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
+from gaama.retrieval.pack import RETURNED_KINDS
 from gaama.retrieval.search import cosine
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex, _documents
@@ -223,7 +224,13 @@ async def test_expand_reads_ahead_the_fields_and_vectors_of_expanded_nodes(graph
     ]
     await graph.write(t, list(n.values()), edges)
     name = {node.id: k for k, node in n.items()}
-    common = {"hops": 2, "hub_degree": 50, "max_nodes": 500, "type_weights": EDGE_TYPE_WEIGHTS}
+    common = {
+        "hops": 2,
+        "hub_degree": 50,
+        "max_nodes": 500,
+        "type_weights": EDGE_TYPE_WEIGHTS,
+        "kinds": RETURNED_KINDS,
+    }
     fields = ("text", "turn_id")
     sub = await graph.expand(
         t, [n["f0"].id], read_ahead=10, pool=[n["e2"].id], fields=fields, dim=dim, **common
@@ -304,6 +311,7 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
         max_nodes=500,
         type_weights=EDGE_TYPE_WEIGHTS,
         read_ahead=10,
+        kinds=RETURNED_KINDS,
         fields=["text", "turn_id"],
         dim=len(q),
     )

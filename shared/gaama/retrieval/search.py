@@ -310,6 +310,7 @@ class Retriever:
             conversation=conversation,
             subject=subject,
             read_ahead=max(p.expanded_read, p.expanded_candidates),
+            kinds=RETURNED_KINDS,
             pool=pool,
             fields=_SHOWN,
             dim=int(qvec.size),

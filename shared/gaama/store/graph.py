@@ -549,6 +549,7 @@ class GraphStore:
         conversation: str | None = None,
         subject: str | None = None,
         read_ahead: int = 0,
+        kinds: Sequence[NodeKind] = (),
         pool: Sequence[str] = (),
         fields: Sequence[str] = (),
         dim: int = 0,
@@ -565,8 +566,8 @@ class GraphStore:
         the outermost ring, and nodes reached after the subgraph filled — is not seen).
 
         With ``read_ahead`` > 0 the same call also returns the stored ``fields`` and the
-        ``dim``-dimensional vector of the first ``read_ahead`` returnable nodes (facts,
-        reflections, episodes) admitted that are neither seeds nor in ``pool``, so that their
+        ``dim``-dimensional vector of the first ``read_ahead`` nodes of ``kinds`` admitted that
+        are neither seeds nor in ``pool`` (the caller's candidates), so that their
         similarity to the query needs no further round trip. Every key read is under the
         tenant's prefix: another tenant's node cannot be reached.
         """
@@ -574,7 +575,6 @@ class GraphStore:
             return Expansion([], np.zeros(0, dtype=np.int64), np.zeros((0, 3)))
         weights = ";".join(f"{k.value}={w!r}" for k, w in type_weights.items())
         wanted = [f for f in fields if f != VECTOR_FIELD]
-        returnable = (NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE)
         args: list[Any] = [
             self.keys.adj_prefix(tenant),
             self.keys.node(tenant, ""),
@@ -588,7 +588,7 @@ class GraphStore:
             read_ahead if dim > 0 else 0,
             ",".join([*wanted, VECTOR_FIELD]),
             dim * 4,
-            ",".join(f"{kind_prefix(k)}_" for k in returnable),
+            ",".join(f"{kind_prefix(k)}_" for k in kinds),
             len(seeds),
             *seeds,
             *pool,

@@ -131,27 +131,16 @@ class VectorIndex:
             flt = flt & (Tag("subject") == subject)
         ef = max(self.ef_runtime, k)
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
-        return await self._search(f"({flt}){knn}", vector, k, fields, sort=True)
+        return await self._search(f"({flt}){knn}", vector, k, fields)
 
     async def _search(
-        self,
-        query: str,
-        vector: Sequence[float] | np.ndarray,
-        limit: int,
-        fields: Sequence[str],
-        *,
-        sort: bool = False,
-        in_keys: Sequence[str] = (),
+        self, query: str, vector: Sequence[float] | np.ndarray, limit: int, fields: Sequence[str]
     ) -> list[Hit]:
         # A raw command: on this hot path RedisVL's and redis-py's query and result objects
         # cost more than the search itself.
         returned = [_DIST, "kind", *(f for f in fields if f not in (_DIST, "kind"))]
         args: list[Any] = ["FT.SEARCH", self.name, query]
-        if in_keys:
-            args += ["INKEYS", len(in_keys), *in_keys]
-        args += ["RETURN", len(returned), *returned]
-        if sort:
-            args += ["SORTBY", _DIST]
+        args += ["RETURN", len(returned), *returned, "SORTBY", _DIST]
         args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
