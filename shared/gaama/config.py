@@ -44,10 +44,11 @@ class RetrievalSettings(BaseModel):
     cap_facts: int = Field(60, ge=0, le=1000)
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)
-    # Bounds the subgraph (and latency); 500 lost no LoCoMo recall against 4000 (docs/benchmarks.md)
-    max_expanded: int = Field(500, ge=10, le=100000)
+    # Bounds the subgraph (and latency). On LoCoMo 300 loses no recall against 500 or 4000, and
+    # 200 does (docs/benchmarks.md, "Subgraph bound").
+    max_expanded: int = Field(300, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
-    # the first ``expanded_read`` the expansion admitted (read in the expansion's round trip).
+    # the first ``expanded_read`` the expansion admitted (read while PPR runs).
     expanded_candidates: int = Field(100, ge=0, le=100000)
     expanded_read: int = Field(120, ge=0, le=100000)
 

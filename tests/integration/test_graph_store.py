@@ -8,9 +8,8 @@ import pytest
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
-from gaama.retrieval.pack import RETURNED_KINDS
 from gaama.retrieval.search import cosine
-from gaama.store.graph import GraphStore
+from gaama.store.graph import VECTOR_FIELD, GraphStore
 from gaama.store.vectors import VectorIndex, _documents
 
 pytestmark = pytest.mark.requires_stack
@@ -194,10 +193,9 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
     assert other.nodes == [n["f0"].id] and other.edges.size == 0
 
 
-async def test_expand_reads_ahead_the_fields_and_vectors_of_expanded_nodes(graph: GraphStore):
-    """The read-ahead returns, in admission order, the first returnable nodes outside the pool
-    that have a vector: no concepts, no pool or seed nodes, nothing without a vector, nothing of
-    another tenant."""
+async def test_read_vectors_reads_the_first_nodes_with_a_vector(graph: GraphStore):
+    """The read-ahead returns, in the order asked, the stored fields and vector of the first
+    ``limit`` nodes that have a vector of the index's dimension; nothing of another tenant."""
     t, dim = "acme", 8
     rng = np.random.default_rng(7)
 
@@ -206,54 +204,32 @@ async def test_expand_reads_ahead_the_fields_and_vectors_of_expanded_nodes(graph
         return node
 
     n = {
-        "f0": with_vector(_node(t, NodeKind.FACT, "f0", "c1")),
         "e1": with_vector(_node(t, NodeKind.EPISODE, "e1", "c1")),
-        "e2": with_vector(_node(t, NodeKind.EPISODE, "e2", "c1")),
-        "c": with_vector(_node(t, NodeKind.CONCEPT, "c")),
         "r": with_vector(_node(t, NodeKind.REFLECTION, "r", "c1")),
         "f2": with_vector(_node(t, NodeKind.FACT, "f2", "c1"), vector=False),
         "f3": with_vector(_node(t, NodeKind.FACT, "f3", "c1")),
     }
-    edges = [
-        Edge(n["f0"].id, n["e1"].id, EdgeKind.DERIVED_FROM, 1.0),  # walk weight 0.8
-        Edge(n["f0"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),  # 0.648
-        Edge(n["r"].id, n["f0"].id, EdgeKind.DERIVED_FROM_FACT, 1.0),  # 0.5
-        Edge(n["e1"].id, n["e2"].id, EdgeKind.NEXT, 1.0),
-        Edge(n["f2"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 1.0),
-        Edge(n["f3"].id, n["c"].id, EdgeKind.ABOUT_CONCEPT, 0.9),
-    ]
-    await graph.write(t, list(n.values()), edges)
+    await graph.write(t, list(n.values()), [])
     name = {node.id: k for k, node in n.items()}
-    common = {
-        "hops": 2,
-        "hub_degree": 50,
-        "max_nodes": 500,
-        "type_weights": EDGE_TYPE_WEIGHTS,
-        "kinds": RETURNED_KINDS,
-    }
-    fields = ("text", "turn_id")
-    sub = await graph.expand(
-        t, [n["f0"].id], read_ahead=10, pool=[n["e2"].id], fields=fields, dim=dim, **common
-    )
-    assert [name[i] for i in sub.nodes] == ["f0", "e1", "c", "r", "e2", "f2", "f3"]
-    assert [name[i] for i, _ in sub.ahead] == ["e1", "r", "f3"]
-    assert sub.ahead[0][1] == {"text": "text of e1", "turn_id": "turn-e1"}
-    assert sub.ahead[1][1] == {"text": "text of r"}  # an absent field is left out
-    assert sub.ahead_vectors.shape == (3, dim)
-    for (node, _), vector in zip(sub.ahead, sub.ahead_vectors, strict=True):
+    order = [n[k].id for k in ("r", "f2", "e1", "f3")] + ["fa_missing"]
+    fields = ("text", "turn_id", VECTOR_FIELD)
+    shown, vectors = await graph.read_vectors(t, order, fields=fields, dim=dim, limit=10)
+    assert [name[i] for i, _ in shown] == ["r", "e1", "f3"]  # f2 has no vector: passed over
+    assert shown[0][1] == {"text": "text of r"}  # an absent field is left out
+    assert shown[1][1] == {"text": "text of e1", "turn_id": "turn-e1"}
+    assert vectors.shape == (3, dim) and vectors.dtype == np.float32
+    for (node, _), vector in zip(shown, vectors, strict=True):
         assert np.array_equal(vector, np.asarray(n[name[node]].vector, dtype=np.float32))
-    # the first N only
-    two = await graph.expand(t, [n["f0"].id], read_ahead=2, fields=fields, dim=dim, **common)
-    assert [name[i] for i, _ in two.ahead] == ["e1", "r"]
-    # none asked, none read
-    plain = await graph.expand(t, [n["f0"].id], **common)
-    assert plain.ahead == [] and plain.ahead_vectors.size == 0
+    # the first N with a vector only
+    two, two_vectors = await graph.read_vectors(t, order, fields=fields, dim=dim, limit=2)
+    assert [name[i] for i, _ in two] == ["r", "e1"] and two_vectors.shape == (2, dim)
     # a vector of another dimension is not this index's: passed over
-    other_dim = await graph.expand(t, [n["f0"].id], read_ahead=10, dim=dim + 1, **common)
-    assert other_dim.ahead == []
-    # another tenant's seed id reaches nothing, so reads nothing
-    other = await graph.expand("other", [n["f0"].id], read_ahead=10, dim=dim, **common)
-    assert other.ahead == []
+    other_dim, _ = await graph.read_vectors(t, order, fields=fields, dim=dim + 1, limit=10)
+    assert other_dim == []
+    # another tenant's ids reach nothing
+    other, other_vectors = await graph.read_vectors("other", order, fields=fields, dim=dim, limit=9)
+    assert other == [] and other_vectors.shape == (0, dim)
+    assert (await graph.read_vectors(t, [], fields=fields, dim=dim, limit=9))[0] == []
 
 
 async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
@@ -292,8 +268,8 @@ async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
 async def test_read_ahead_similarity_equals_the_index_similarity(
     graph: GraphStore, index: VectorIndex, embedder
 ):
-    """Expanded nodes' similarity is computed in the service from the vectors the expansion reads
-    ahead; it must be the vector index's own cosine similarity, so pool and expanded candidates
+    """Expanded nodes' similarity is computed in the service from the vectors read ahead while
+    PPR runs; it must be the vector index's own cosine similarity, so pool and expanded candidates
     are scored on one scale."""
     texts = ["I love pottery", "We went camping", "My dog is called Rex"]
     vecs = await embedder.embed(texts)
@@ -310,18 +286,17 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
         hub_degree=50,
         max_nodes=500,
         type_weights=EDGE_TYPE_WEIGHTS,
-        read_ahead=10,
-        kinds=RETURNED_KINDS,
-        fields=["text", "turn_id"],
-        dim=len(q),
     )
     # the NEXT chain reaches the other two turns of this tenant, never the other tenant's
-    assert [node for node, _ in sub.ahead] == [eps[1].id, eps[2].id]
-    assert [f for _, f in sub.ahead] == [{"text": e.text, "turn_id": e.turn_id} for e in eps[1:]]
+    assert sub.nodes == [e.id for e in eps]
+    shown, vectors = await graph.read_vectors(
+        "acme", sub.nodes[1:], fields=["text", "turn_id"], dim=len(q), limit=10
+    )
+    assert [f for _, f in shown] == [{"text": e.text, "turn_id": e.turn_id} for e in eps[1:]]
     hits = {h.id: h.similarity for h in await index.knn("acme", q, 3)}
     assert set(hits) == {e.id for e in eps}
-    ours = cosine(sub.ahead_vectors, np.asarray(q, dtype=np.float32))
-    for (node, _), similarity in zip(sub.ahead, ours.tolist(), strict=True):
+    ours = cosine(vectors, np.asarray(q, dtype=np.float32))
+    for (node, _), similarity in zip(shown, ours.tolist(), strict=True):
         assert abs(similarity - hits[node]) < 1e-5
     # the KNN carries the stored fields asked for
     [best] = await index.knn("acme", q, 1, fields=["text"])

@@ -14,19 +14,18 @@ choices the paper leaves open, made here:
   the subgraph, their other neighbours never enter it. This is hub dampening applied to the walk's
   reach, and it keeps the subgraph bounded however large a tenant's hubs grow. New nodes are
   admitted in order (frontier in similarity/discovery order, each node's neighbours by walk
-  weight) until the subgraph holds ``max_expanded`` (500) nodes; then no further adjacency is
+  weight) until the subgraph holds ``max_expanded`` (300) nodes; then no further adjacency is
   read. The subgraph holds every edge read on the way; edges between nodes whose adjacency was
   not read (the outermost ring, nodes reached after the subgraph filled) are left out. Every
-  node's degree for hub detection is its full store degree. On LoCoMo, 500 nodes lost no recall
-  against 4000, nor did stopping the reads once full.
+  node's degree for hub detection is its full store degree. On LoCoMo, 300 nodes lost no recall
+  against 500 or 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
-  expanded node outside it is less similar than every pool node and only PPR can lift it. The
-  expansion call also returns the stored fields and vector of the first ``expanded_read`` (120)
-  returnable nodes it admitted outside the pool (nearest the most similar seeds, heaviest edges
-  first); their cosine similarity is computed here (microseconds), and the
-  ``expanded_candidates`` (100) of them with the most PPR mass join the candidates. Reading them
-  in the expansion's round trip saves a second query (a Query Engine search over those keys,
-  which an earlier version ran while PPR ran) and its round trip.
+  expanded node outside it is less similar than every pool node and only PPR can lift it. While
+  PPR runs in its worker thread, Redis reads the stored fields and vector of the first
+  ``expanded_read`` (120) returnable nodes the expansion admitted outside the pool (nearest the
+  most similar seeds, heaviest edges first; :meth:`GraphStore.read_vectors`); their cosine
+  similarity is computed here (microseconds), and the ``expanded_candidates`` (100) of them with
+  the most PPR mass join the candidates. The two overlap, so the read costs little latency.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
   episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
@@ -43,7 +42,7 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -234,25 +233,34 @@ class Retriever:
         iterations = 0
         if mode != "semantic" and hits:
             seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
-            # less similar than every pool node, so only the graph can lift it — the
-            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
-            # They are chosen among the first ``expanded_read`` nodes the expansion admitted
-            # (nearest the most similar seeds, heaviest edges first), whose fields and vectors
-            # the expansion call returns with the subgraph. Concepts are never returned.
-            sub = await self._expand(
-                tenant, [h.id for h in seeds], p, subject, conversation, pool=list(sims), qvec=qvec
-            )
+            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
             lap("expand")
             restart = np.zeros(len(sub.nodes))
             restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
-            result = await asyncio.to_thread(_run_ppr, sub, restart, p)  # CPU: off the loop
+            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
+            # less similar than every pool node, so only the graph can lift it — the
+            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
+            # They are chosen among the first ``expanded_read`` returnable nodes the expansion
+            # admitted (nearest the most similar seeds, heaviest edges first), whose fields and
+            # vectors Redis reads while PPR runs. The read goes first: its task sends the request
+            # before the PPR task hands the walk to a worker thread (which then holds the GIL).
+            outside = read_ahead_order(sub.nodes, len(seeds), sims)
+            (ahead_shown, ahead_vectors), result = await asyncio.gather(
+                self.graph.read_vectors(
+                    tenant,
+                    outside,
+                    fields=_SHOWN,
+                    dim=int(qvec.size),
+                    limit=max(p.expanded_read, p.expanded_candidates),
+                ),
+                asyncio.to_thread(_run_ppr, sub, restart, p),  # CPU: off the loop
+            )
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             ahead = sorted(
-                zip(sub.ahead, cosine(sub.ahead_vectors, qvec).tolist(), strict=True),
+                zip(ahead_shown, cosine(ahead_vectors, qvec).tolist(), strict=True),
                 key=lambda a: -scores[a[0][0]],
             )
             for (node, fields), similarity in ahead[: p.expanded_candidates]:
@@ -292,9 +300,6 @@ class Retriever:
         p: RetrievalSettings,
         subject: str | None,
         conversation: str | None,
-        *,
-        pool: Sequence[str],
-        qvec: np.ndarray,
     ) -> Expansion:
         # One server-side call (GraphStore.expand): hubs are not expanded through — their edges
         # to nodes reached from elsewhere stay, but their hundreds of other neighbours never
@@ -309,11 +314,6 @@ class Retriever:
             type_weights=EDGE_TYPE_WEIGHTS,
             conversation=conversation,
             subject=subject,
-            read_ahead=max(p.expanded_read, p.expanded_candidates),
-            kinds=RETURNED_KINDS,
-            pool=pool,
-            fields=_SHOWN,
-            dim=int(qvec.size),
         )
 
     def _observe(self, result: SearchResult, seconds: float) -> None:
@@ -326,6 +326,12 @@ class Retriever:
         if result.mode != "semantic":
             self.metrics.subgraph_nodes.observe(result.subgraph_nodes)
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
+
+
+def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:
+    """The expanded nodes the read-ahead may read, in admission order: ``nodes`` past the first
+    ``n_seeds`` (the seeds) that are of a returned kind and not in the KNN ``pool``."""
+    return [n for n in nodes[n_seeds:] if n not in pool and _kind(n) in RETURNED_KINDS]
 
 
 def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:

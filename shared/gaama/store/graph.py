@@ -8,8 +8,9 @@ together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -92,13 +93,6 @@ local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
 local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
 local tw = {}
 for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = num(w) end
--- read-ahead: how many nodes, the fields to return (the vector last), its byte length, the id
--- prefixes of returnable kinds; then the seed count, the seeds, the rest of the KNN pool
-local want, vlen = num(ARGV[10]), num(ARGV[12])
-local fields, returnable = {}, {}
-for f in string.gmatch(ARGV[11], '[^,]+') do fields[#fields + 1] = f end
-for p in string.gmatch(ARGV[13], '[^,]+') do returnable[p] = true end
-local nseeds = num(ARGV[14])
 local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
 local function walk(val)
   local ww = weights[val]
@@ -132,7 +126,7 @@ local function heavier(a, b)
 end
 local nodes, index, degree = {}, {}, {}
 local count = 0
-for i = 15, 14 + nseeds do
+for i = 10, #ARGV do
   local s = ARGV[i]
   if not index[s] then count = count + 1; nodes[count] = s; index[s] = count end
 end
@@ -184,25 +178,27 @@ for i = 1, ne do
     no = no + 3
   end
 end
--- The read-ahead: stored fields and vector of the first ``want`` returnable nodes outside the
--- KNN pool, in admission order (nearest the most similar seeds, heaviest edges first). A node
--- without a vector of the expected length is passed over, as the vector index would.
-local pool = {}
-for i = 15, #ARGV do pool[ARGV[i]] = true end
-local ahead, na = {}, 0
-for i = 1, count do
-  if na >= want then break end
-  local v = nodes[i]
-  if not pool[v] and returnable[sub(v, 1, (find(v, '_', 1, true) or 0))] then
-    local row = call('HMGET', nodep .. v, unpack(fields))
-    local vec = row[#fields]
-    if vec and #vec == vlen then
-      na = na + 1
-      ahead[na] = {v, row}
-    end
+return {nodes, degrees, out}
+"""
+# The read-ahead of a search (see GraphStore.read_vectors): stored fields and vector of the first
+# ARGV[4] nodes, in the order given, that have a vector of ARGV[3] bytes.
+# ARGV: node prefix, fields (comma-separated, the vector last), vector bytes, how many, the ids
+# (comma-separated). Reply: {id, {field values..., vector}} per node read.
+_READ_VECTORS = """
+local nodep, vlen, want = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local fields = {}
+for f in string.gmatch(ARGV[2], '[^,]+') do fields[#fields + 1] = f end
+local out, n = {}, 0
+for v in string.gmatch(ARGV[5], '[^,]+') do
+  if n >= want then break end
+  local row = redis.call('HMGET', nodep .. v, unpack(fields))
+  local vec = row[#fields]
+  if vec and #vec == vlen then
+    n = n + 1
+    out[n] = {v, row}
   end
 end
-return {nodes, degrees, out, ahead}
+return out
 """
 _MANY_HMGET = """
 local out = {}
@@ -364,6 +360,18 @@ def _parse_adj(value: bytes, node: str) -> Neighbour:
     )
 
 
+@contextmanager
+def store_errors() -> Iterator[None]:
+    """Redis unreachable, timed out or answering a transient error (loading, busy, out of
+    memory, read-only replica…) raises :class:`StoreUnavailable`; any other error propagates."""
+    try:
+        yield
+    except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
+        if isinstance(exc, ResponseError) and not transient_reply(exc):
+            raise
+        raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+
+
 def as_text(raw: object) -> str:
     """A Redis reply value as text: ``None`` is empty, bytes are UTF-8 (invalid bytes replaced,
     never fatal)."""
@@ -376,14 +384,11 @@ def as_text(raw: object) -> str:
 class Expansion:
     """A subgraph read by :meth:`GraphStore.expand`: ids in admission order (seeds first), each
     node's full store degree, and ``(i, j, walk weight)`` rows indexing into ``nodes``, one per
-    undirected edge. ``ahead`` holds the read-ahead nodes' ids and stored fields, and
-    ``ahead_vectors`` their vectors, one row each (empty when none was asked for)."""
+    undirected edge."""
 
     nodes: list[str]
     degrees: np.ndarray
     edges: np.ndarray
-    ahead: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    ahead_vectors: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=np.float32))
 
 
 class GraphStore:
@@ -400,16 +405,13 @@ class GraphStore:
         self._hmget = redis.register_script(_MANY_HMGET)
         self._exists = redis.register_script(_MANY_EXISTS)
         self._vectors = redis.register_script(_MANY_VECTORS)
+        self._read_vectors = redis.register_script(_READ_VECTORS)
 
     async def _many(self, script: Any, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
         out: list[Any] = []
-        try:
+        with store_errors():
             for i in range(0, len(keys), _BATCH):
                 out += await script(keys=keys[i : i + _BATCH], args=list(args))
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return out
 
     # --- writes ----------------------------------------------------------------------------
@@ -429,12 +431,8 @@ class GraphStore:
             self.keys.chain(t, conv),
             self.keys.adj(t, node.id),
         ]
-        try:
+        with store_errors():
             created = await self._append(keys=keys, args=args)
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return bool(created)
 
     async def write(
@@ -472,12 +470,8 @@ class GraphStore:
                 pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))  # type: ignore[arg-type]
         for queue in also:
             queue(pipe)
-        try:
+        with store_errors():
             await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
 
     @staticmethod
     def _check_edge(e: Edge) -> None:
@@ -515,15 +509,11 @@ class GraphStore:
             return np.zeros((0, dim), dtype=np.float32)
         keys = [self.keys.node(tenant, i) for i in ids]
         chunks = []
-        try:
+        with store_errors():
             for i in range(0, len(keys), _BATCH):
                 chunks.append(
                     await self._vectors(keys=keys[i : i + _BATCH], args=[VECTOR_FIELD, dim * 4])
                 )
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         raw = b"".join(chunks)
         return np.frombuffer(raw, dtype=np.float32).reshape(len(ids), dim).copy()
 
@@ -548,11 +538,6 @@ class GraphStore:
         type_weights: Mapping[EdgeKind, float],
         conversation: str | None = None,
         subject: str | None = None,
-        read_ahead: int = 0,
-        kinds: Sequence[NodeKind] = (),
-        pool: Sequence[str] = (),
-        fields: Sequence[str] = (),
-        dim: int = 0,
     ) -> Expansion:
         """The subgraph around ``seeds``, computed inside Redis in one round trip.
 
@@ -563,18 +548,12 @@ class GraphStore:
         are dropped. Once the subgraph is full no further adjacency is read, so the work is
         bounded by ``max_nodes`` whatever the graph. Edges: every edge read on the way whose
         both ends are in the subgraph (an edge between two nodes whose adjacency was not read —
-        the outermost ring, and nodes reached after the subgraph filled — is not seen).
-
-        With ``read_ahead`` > 0 the same call also returns the stored ``fields`` and the
-        ``dim``-dimensional vector of the first ``read_ahead`` nodes of ``kinds`` admitted that
-        are neither seeds nor in ``pool`` (the caller's candidates), so that their
-        similarity to the query needs no further round trip. Every key read is under the
-        tenant's prefix: another tenant's node cannot be reached.
+        the outermost ring, and nodes reached after the subgraph filled — is not seen). Every
+        key read is under the tenant's prefix: another tenant's node cannot be reached.
         """
         if not seeds:
             return Expansion([], np.zeros(0, dtype=np.int64), np.zeros((0, 3)))
         weights = ";".join(f"{k.value}={w!r}" for k, w in type_weights.items())
-        wanted = [f for f in fields if f != VECTOR_FIELD]
         args: list[Any] = [
             self.keys.adj_prefix(tenant),
             self.keys.node(tenant, ""),
@@ -585,37 +564,46 @@ class GraphStore:
             subject or "",
             f"{kind_prefix(NodeKind.CONCEPT)}_",
             weights,
-            read_ahead if dim > 0 else 0,
-            ",".join([*wanted, VECTOR_FIELD]),
-            dim * 4,
-            ",".join(f"{kind_prefix(k)}_" for k in kinds),
-            len(seeds),
             *seeds,
-            *pool,
         ]
         # One declared key routes the call to the tenant's shard; the rest share its hash slot.
-        try:
-            ids, degrees, edges, ahead = await self._expand(
+        with store_errors():
+            ids, degrees, edges = await self._expand(
                 keys=[self.keys.adj(tenant, seeds[0])], args=args
             )
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         rows = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         rows[:, 2] /= _WEIGHT_UNITS
-        shown = [
-            (as_text(node), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
-            for node, row in ahead
+        return Expansion([i.decode() for i in ids], np.asarray(degrees, dtype=np.int64), rows)
+
+    async def read_vectors(
+        self, tenant: str, ids: Sequence[str], *, fields: Sequence[str], dim: int, limit: int
+    ) -> tuple[list[tuple[str, dict[str, str]]], np.ndarray]:
+        """Stored ``fields`` and vector of the first ``limit`` of ``ids``, in the order given, that
+        have a ``dim``-dimensional vector (others are passed over, as the vector index would), in
+        one round trip: ``([(id, {field: value})], (n, dim) float32 vectors)``, a field absent
+        from a node left out. Every key read is under the tenant's prefix.
+
+        Retrieval's read-ahead (see :mod:`gaama.retrieval.search`); ids are GAAMA node ids,
+        which never hold a comma (the script takes them as one comma-separated argument).
+        """
+        if not ids or limit <= 0:
+            return [], np.zeros((0, dim), dtype=np.float32)
+        wanted = [f for f in fields if f != VECTOR_FIELD]
+        args: list[str | int] = [
+            self.keys.node(tenant, ""),
+            ",".join([*wanted, VECTOR_FIELD]),
+            dim * 4,
+            limit,
+            ",".join(ids),
         ]
-        vectors = np.frombuffer(b"".join(row[-1] for _, row in ahead), dtype=np.float32)
-        return Expansion(
-            [i.decode() for i in ids],
-            np.asarray(degrees, dtype=np.int64),
-            rows,
-            shown,
-            vectors.reshape(len(ahead), dim) if dim > 0 else vectors.reshape(0, 0),
-        )
+        with store_errors():  # one declared key routes the call to the tenant's shard
+            rows = await self._read_vectors(keys=[self.keys.node(tenant, ids[0])], args=args)
+        shown = [
+            (node.decode(), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
+            for node, row in rows
+        ]
+        vectors = np.frombuffer(b"".join(row[-1] for _, row in rows), dtype=np.float32)
+        return shown, vectors.reshape(len(rows), dim)
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn
@@ -624,12 +612,8 @@ class GraphStore:
         if not ids:
             return {}
         args = [self.keys.node(tenant, ""), self.keys.adj_prefix(tenant), *ids]
-        try:  # one declared key routes the call to the tenant's shard
+        with store_errors():  # one declared key routes the call to the tenant's shard
             rows = await self._provenance(keys=[self.keys.node(tenant, ids[0])], args=args)
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return {
             i: [(as_text(r[j]), as_text(r[j + 1])) for j in range(0, len(r) - 1, 2)]
             for i, r in zip(ids, rows, strict=True)
@@ -676,10 +660,6 @@ class GraphStore:
         return n
 
     async def _run(self, pipe: Any) -> list[Any]:
-        try:
+        with store_errors():
             result: list[Any] = await pipe.execute()
-        except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-            if isinstance(exc, ResponseError) and not transient_reply(exc):
-                raise
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
         return result
