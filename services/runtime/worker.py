@@ -8,8 +8,10 @@ only after Redis holds the writes and the broker holds the events (at-least-once
 from __future__ import annotations
 
 import logging
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -28,8 +30,13 @@ ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the re
 
 
 def make_app(service: str, settings: Settings, port: int) -> faust.App:
+    app_id = f"{settings.topic_prefix}gaama-{service}"
+    # faust makes a data directory even without Tables; by default it is "<app id>-data" in the
+    # working directory, which every test and benchmark run (each with its own app id) littered.
+    datadir = Path(tempfile.gettempdir()) / "gaama-faust" / app_id
+    datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(
-        f"{settings.topic_prefix}gaama-{service}",
+        app_id,
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
         key_serializer="raw",
         value_serializer="raw",
@@ -46,6 +53,7 @@ def make_app(service: str, settings: Settings, port: int) -> faust.App:
         broker_heartbeat_interval=max(1.0, settings.consumer_session_timeout_s / 3),
         broker_rebalance_timeout=max(10.0, settings.consumer_session_timeout_s * 2),
         store="memory://",  # no Tables: pipeline state lives in Redis (ARCHITECTURE.md §3)
+        datadir=str(datadir),
         web_enabled=True,
     )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -189,3 +190,14 @@ async def test_http_turns_validation_and_auth(ingest, graph: GraphStore):
     assert r.json() == {"accepted": 2, "episode_ids": expected}
     assert await wait_for(lambda: _chain_len(graph, "tenant-a", "web", 2)) == expected
     assert httpx.get(f"{ingest.url}/healthz").json() == {"status": "ok"}
+
+
+def test_the_worker_keeps_faust_data_out_of_the_working_directory(
+    ingest: ServiceProcess, ingest_settings: Settings
+):
+    """faust makes a data directory even without Tables; it must not land in the directory the
+    service was started from (every test and benchmark run, each with its own app id, would
+    leave one behind)."""
+    app_id = f"{ingest_settings.topic_prefix}gaama-ingest"
+    assert not (Path.cwd() / f"{app_id}-data").exists()
+    assert (Path(tempfile.gettempdir()) / "gaama-faust" / app_id).is_dir()
