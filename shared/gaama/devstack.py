@@ -175,6 +175,9 @@ def _start_redis(directory: Path, port: int) -> int:
         str(directory),
         "--protected-mode",
         "yes",
+        # A node hash (vector and text) fits a listpack: less memory, fewer cache misses per read.
+        "--hash-max-listpack-value",
+        "4096",
     ]
     for m in modules:
         args += ["--loadmodule", str(m)]

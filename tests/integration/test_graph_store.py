@@ -193,6 +193,57 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
     assert other.nodes == [n["f0"].id] and other.edges.size == 0
 
 
+async def _true_degrees(redis_client, keys, t: str) -> dict[str, int]:
+    prefix = keys.adj_prefix(t)
+    return {
+        k.decode()[len(prefix) :]: await redis_client.hlen(k)
+        async for k in redis_client.scan_iter(match=f"{prefix}*")
+    }
+
+
+async def test_the_degree_index_follows_every_adjacency_write(
+    graph: GraphStore, redis_client, keys, embedder
+):
+    """Each node's entry in the degree index is its adjacency size, after episode appends, edge
+    writes and redeliveries of both; the expansion reads it, and a node the index lacks (data
+    written before it existed) falls back to its adjacency size."""
+    t = "acme"
+    [v] = await embedder.embed(["x"])
+    eps = [episode(t, "c", str(i), f"turn {i}", v.tolist()) for i in range(3)]
+    for e in [*eps, eps[1]]:  # a redelivered append changes nothing
+        await graph.append_episode(e)
+    n = await _star_and_chain(graph, t)
+    fact = _node(t, NodeKind.FACT, "about turn 0", "c")
+    edges = [
+        Edge(fact.id, eps[0].id, EdgeKind.DERIVED_FROM),
+        Edge(fact.id, n["c"].id, EdgeKind.ABOUT_CONCEPT),
+    ]
+    await graph.write(t, [fact], edges)
+    await graph.write(t, [fact], edges)  # redelivered
+    index = {k.decode(): int(d) for k, d in (await redis_client.hgetall(keys.degrees(t))).items()}
+    truth = await _true_degrees(redis_client, keys, t)
+    assert index == truth
+    assert truth[eps[0].id] == 2 and truth[n["hub"].id] == 61 and truth[n["c"].id] == 4
+    # the expansion's degrees are the index's, and the same without it
+    seeds = [n["f0"].id, eps[0].id]
+    common = {"hops": 2, "hub_degree": 50, "type_weights": EDGE_TYPE_WEIGHTS, "max_nodes": 500}
+    sub = await graph.expand(t, seeds, **common)
+    assert dict(zip(sub.nodes, sub.degrees.tolist(), strict=True)) == {
+        node: truth[node] for node in sub.nodes
+    }
+    await redis_client.hset(keys.degrees(t), n["hub"].id, 7)  # the expansion does read it
+    assert 7 in (await graph.expand(t, seeds, **common)).degrees.tolist()
+    await redis_client.delete(keys.degrees(t))
+    without = await graph.expand(t, seeds, **common)
+    assert without.nodes == sub.nodes
+    assert without.degrees.tolist() == sub.degrees.tolist()
+    # the index is the tenant's: deleting the tenant deletes it
+    await graph.write(t, [fact], edges)
+    assert await redis_client.exists(keys.degrees(t))
+    await graph.delete_tenant(t)
+    assert not await redis_client.exists(keys.degrees(t))
+
+
 async def test_read_vectors_reads_the_first_nodes_with_a_vector(graph: GraphStore):
     """The read-ahead returns, in the order asked, the stored fields and vector of the first
     ``limit`` nodes that have a vector of the index's dimension; nothing of another tenant."""
@@ -322,3 +373,14 @@ async def test_a_missing_index_is_unavailable_not_a_crash(redis_client, keys):
     gone = VectorIndex(redis_client, "no-such-gaama-index", 384, keys)
     with pytest.raises(StoreUnavailable, match="vector index 'no-such-gaama-index' missing"):
         await gone.knn("acme", np.zeros(384, dtype=np.float32), 5)
+
+
+async def test_a_node_with_its_vector_is_stored_as_a_listpack(
+    graph: GraphStore, redis_client, keys, embedder
+):
+    """The embedded stack runs Redis with hash-max-listpack-value 4096 (docs/operations.md): a
+    node's hash, vector included, is one compact listpack, not a hash table."""
+    [v] = await embedder.embed(["x"])
+    e = episode("acme", "c", "1", "a turn of ordinary length " * 8, v.tolist())
+    await graph.append_episode(e)
+    assert await redis_client.object("encoding", keys.node("acme", e.id)) == b"listpack"

@@ -38,8 +38,8 @@ _TEXT_FIELDS = (
     "sources",
 )
 
-# KEYS: node, chain, adj(new); ARGV: id, adj-key prefix, weight, then field/value pairs.
-# Returns 1 when the episode was appended, 0 when it already existed (a redelivery).
+# KEYS: node, chain, adj(new), degree index; ARGV: id, adj-key prefix, weight, then field/value
+# pairs. Returns 1 when the episode was appended, 0 when it already existed (a redelivery).
 _APPEND_EPISODE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local id = ARGV[1]
@@ -54,9 +54,24 @@ local prev = redis.call('ZRANGE', KEYS[2], -1, -1)[1]
 if prev then
   redis.call('HSET', ARGV[2] .. prev, id, 'NEXT|o|' .. ARGV[3])
   redis.call('HSET', KEYS[3], prev, 'NEXT|i|' .. ARGV[3])
+  redis.call('HSET', KEYS[4], prev, redis.call('HLEN', ARGV[2] .. prev))
 end
+redis.call('HSET', KEYS[4], id, redis.call('HLEN', KEYS[3]))
 redis.call('ZADD', KEYS[2], pos, id)
 return 1
+"""
+
+
+# The degree index (Keys.degrees): each node's adjacency size, rewritten from HLEN (so a
+# redelivery or a repeated edge changes nothing) inside the transaction that wrote its adjacency.
+# The expansion reads the degrees of a whole ring in one HMGET instead of one HLEN per node: on a
+# large keyspace each key lookup is a few cache misses. KEYS: the degree index; ARGV: the adj-key
+# prefix, then the node ids.
+_REFRESH_DEGREES = """
+for i = 2, #ARGV do
+  redis.call('HSET', KEYS[1], ARGV[i], redis.call('HLEN', ARGV[1] .. ARGV[i]))
+end
+return #ARGV - 1
 """
 
 
@@ -79,6 +94,8 @@ return out
 # neighbours are admitted heaviest walk weight first (ties by id); nodes outside the scope are
 # dropped (concepts are bridges and always kept); at most ARGV[5] nodes, and once that many are in,
 # no further adjacency is read.
+# Degrees come from the degree index (HLEN for a node it lacks).
+# KEYS: an adjacency key of the tenant (routes the call), the tenant's degree index.
 # ARGV: adj prefix, node prefix, hops, hub degree, max nodes, conversation ('' = any),
 #       subject ('' = any), concept id prefix, type weights "KIND=w;...", then the seeds.
 # Reply: {node ids, full degrees, edges i, j, w, i, j, w, ...}: each edge once, as indexes into
@@ -93,6 +110,23 @@ local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
 local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
 local tw = {}
 for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = num(w) end
+local degk = KEYS[2]
+local degree = {}
+-- Full store degree of each id not known yet: the degree index in one HMGET per 500 ids, HLEN
+-- for a node it does not hold (data written before the index existed).
+local function load_degrees(ids)
+  local todo = {}
+  for _, v in ipairs(ids) do
+    if degree[v] == nil then todo[#todo + 1] = v end
+  end
+  for i = 1, #todo, 500 do
+    local part = {unpack(todo, i, math.min(i + 499, #todo))}
+    local got = call('HMGET', degk, unpack(part))
+    for j, v in ipairs(part) do
+      degree[v] = num(got[j]) or call('HLEN', adjp .. v)
+    end
+  end
+end
 local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
 local function walk(val)
   local ww = weights[val]
@@ -124,7 +158,7 @@ local function heavier(a, b)
   if a[2] ~= b[2] then return a[2] > b[2] end
   return a[1] < b[1]
 end
-local nodes, index, degree = {}, {}, {}
+local nodes, index = {}, {}
 local count = 0
 for i = 10, #ARGV do
   local s = ARGV[i]
@@ -138,12 +172,11 @@ local ne = 0
 for hop = 1, hops do
   if #frontier == 0 or count >= cap then break end
   local ring = {}
+  load_degrees(frontier)
   for _, u in ipairs(frontier) do
     if count >= cap then break end  -- full: no more reads (see GraphStore.expand)
     local key = adjp .. u
-    local d = call('HLEN', key)
-    degree[u] = d
-    if d <= hub then
+    if degree[u] <= hub then
       read[u] = true
       local flat = call('HGETALL', key)
       local nbs = {}
@@ -165,8 +198,9 @@ for hop = 1, hops do
   end
   frontier = ring
 end
+load_degrees(nodes)
 local degrees, out = {}, {}
-for i = 1, count do degrees[i] = degree[nodes[i]] or call('HLEN', adjp .. nodes[i]) end
+for i = 1, count do degrees[i] = degree[nodes[i]] end
 local no = 0
 for i = 1, ne do
   local j, v = index[ev[i]], ev[i]
@@ -406,6 +440,7 @@ class GraphStore:
         self._exists = redis.register_script(_MANY_EXISTS)
         self._vectors = redis.register_script(_MANY_VECTORS)
         self._read_vectors = redis.register_script(_READ_VECTORS)
+        self._refresh_degrees = redis.register_script(_REFRESH_DEGREES)
 
     async def _many(self, script: Any, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
         out: list[Any] = []
@@ -430,6 +465,7 @@ class GraphStore:
             self.keys.node(t, node.id),
             self.keys.chain(t, conv),
             self.keys.adj(t, node.id),
+            self.keys.degrees(t),
         ]
         with store_errors():
             created = await self._append(keys=keys, args=args)
@@ -456,11 +492,19 @@ class GraphStore:
             if n.tenant != tenant:
                 raise ValidationError(f"node {n.id} belongs to tenant {n.tenant!r}, not {tenant!r}")
             pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))  # type: ignore[arg-type]
+        touched: dict[str, None] = {}
         for e in edges:
             self._check_edge(e)
             w = f"{e.weight:.6g}"
             pipe.hset(self.keys.adj(tenant, e.src), e.dst, f"{e.kind.value}|o|{w}")
             pipe.hset(self.keys.adj(tenant, e.dst), e.src, f"{e.kind.value}|i|{w}")
+            touched[e.src] = touched[e.dst] = None
+        if touched:  # the degree index changes with the adjacency, in the same transaction
+            await self._refresh_degrees(  # queued: a pipeline's command returns at once
+                keys=[self.keys.degrees(tenant)],
+                args=[self.keys.adj_prefix(tenant), *touched],
+                client=pipe,
+            )
         for name, value in (set_state or {}).items():
             pipe.set(self.keys.state(tenant, name), value)
         for name in delete_state:
@@ -569,7 +613,7 @@ class GraphStore:
         # One declared key routes the call to the tenant's shard; the rest share its hash slot.
         with store_errors():
             ids, degrees, edges = await self._expand(
-                keys=[self.keys.adj(tenant, seeds[0])], args=args
+                keys=[self.keys.adj(tenant, seeds[0]), self.keys.degrees(tenant)], args=args
             )
         rows = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
         rows[:, 2] /= _WEIGHT_UNITS

@@ -5,6 +5,8 @@ Every key of a tenant carries the tenant as a cluster hash tag, so one tenant's 
 
     <p>:node:{<tenant>}:<id>          hash: the node (and, for the vector index, its embedding)
     <p>:adj:{<tenant>}:<id>           hash: neighbour id -> "<EDGE_KIND>|o|<w>" or "...|i|<w>"
+    <p>:deg:{<tenant>}                hash: node id -> its degree (adjacency size), rewritten in
+                                      the same transaction as every adjacency write
     <p>:chain:{<tenant>}:<conv>       zset: episode ids of a conversation scored by position
     <p>:state:{<tenant>}:<name>       pipeline state (open chunks, dedupe markers)
 """
@@ -32,6 +34,9 @@ class Keys:
     def adj_prefix(self, tenant: str) -> str:
         return f"{self.prefix}:adj:{{{tenant}}}:"
 
+    def degrees(self, tenant: str) -> str:
+        return f"{self.prefix}:deg:{{{tenant}}}"
+
     def chain(self, tenant: str, conversation: str) -> str:
         return f"{self.prefix}:chain:{{{tenant}}}:{conversation}"
 
@@ -40,7 +45,8 @@ class Keys:
 
     def tenant_patterns(self, tenant: str) -> list[str]:
         return [
-            f"{self.prefix}:{kind}:{{{tenant}}}:*" for kind in ("node", "adj", "chain", "state")
+            *(f"{self.prefix}:{kind}:{{{tenant}}}:*" for kind in ("node", "adj", "chain", "state")),
+            self.degrees(tenant),
         ]
 
     def id_from_node_key(self, key: str) -> str:
