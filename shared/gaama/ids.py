@@ -20,6 +20,7 @@ _PREFIX = {
     NodeKind.REFLECTION: "re",
     NodeKind.ENTITY: "en",
 }
+_KIND = {p: k for k, p in _PREFIX.items()}
 
 _WS = re.compile(r"\s+")
 
@@ -79,8 +80,7 @@ def kind_prefix(kind: NodeKind) -> str:
 
 def kind_of(node: str) -> NodeKind:
     """Node kind from an id's prefix; raises ``ValueError`` for a malformed id."""
-    prefix = node.split("_", 1)[0]
-    for kind, p in _PREFIX.items():
-        if p == prefix:
-            return kind
-    raise ValueError(f"not a GAAMA node id: {node!r}")
+    kind = _KIND.get(node.partition("_")[0])
+    if kind is None:
+        raise ValueError(f"not a GAAMA node id: {node!r}")
+    return kind

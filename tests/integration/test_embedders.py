@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
 from gaama.config import load_settings
-from gaama.embed import MiniLMEmbedder, OpenAIEmbedder, build_embedder
+from gaama.embed import GOMP_SPINCOUNT, MiniLMEmbedder, OpenAIEmbedder, build_embedder
 from gaama.errors import ConfigError
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -45,3 +49,27 @@ def test_minilm_dimension_mismatch_is_a_config_error():
     with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM=128"):
         build_embedder(load_settings(embed_dim=128))
     assert isinstance(build_embedder(load_settings()), MiniLMEmbedder)
+
+
+_SPIN_PROBE = """
+import os, sys
+from gaama.embed import MiniLMEmbedder
+assert "torch" not in sys.modules  # nothing loaded libgomp before the embedder does
+MiniLMEmbedder().warm_up()
+assert "torch" in sys.modules
+print(os.environ["GOMP_SPINCOUNT"])
+"""
+
+
+@pytest.mark.parametrize(("preset", "want"), [(None, GOMP_SPINCOUNT), ("4000", "4000")])
+def test_minilm_limits_openmp_spinning_before_torch_loads(preset: str | None, want: str):
+    """libgomp reads GOMP_SPINCOUNT once, when torch loads it: the embedder sets its short spin
+    before that import (docs/benchmarks.md, "OpenMP spinning"), and an operator's value wins."""
+    env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if preset is not None:
+        env["GOMP_SPINCOUNT"] = preset
+    out = subprocess.run(
+        [sys.executable, "-c", _SPIN_PROBE], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-1] == want

@@ -76,11 +76,11 @@ class Caps:
     budget_words: int = 1000
 
     def cap(self, kind: NodeKind) -> int:
-        return {
-            NodeKind.FACT: self.facts,
-            NodeKind.REFLECTION: self.reflections,
-            NodeKind.EPISODE: self.episodes,
-        }.get(kind, 0)
+        if kind is NodeKind.FACT:
+            return self.facts
+        if kind is NodeKind.REFLECTION:
+            return self.reflections
+        return self.episodes if kind is NodeKind.EPISODE else 0
 
 
 def rank(items: Iterable[Item]) -> list[Item]:
@@ -135,19 +135,19 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
         if item.kind is NodeKind.FACT:
             carried.update(item.sources)
 
+    words = {i.id: i.words for i in eligible}  # counted once per item
     used = 0
     for kind in RETURNED_KINDS:
         if kind not in share:
             continue
         spent = 0
         for item in (i for i in eligible if i.kind is kind and i.id not in carried):
-            if spent + item.words > share[kind]:
+            if spent + words[item.id] > share[kind]:
                 break
-            spent += item.words
+            spent += words[item.id]
             take(item)
         used += spent
     left = caps.budget_words - used
-    words = {i.id: i.words for i in eligible}
     for item in eligible:
         if item.id in chosen or item.id in carried:
             continue
@@ -155,11 +155,11 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
         # the memory (the fact says their turn in fewer words) and return their words.
         repeated = [e for e in item.sources if e in chosen] if item.kind is NodeKind.FACT else []
         refund = sum(words[e] for e in repeated)
-        if item.words > left + refund:
+        if words[item.id] > left + refund:
             continue
         chosen.difference_update(repeated)
         take(item)
-        left += refund - item.words
+        left += refund - words[item.id]
     return order_memory([i for i in eligible if i.id in chosen])
 
 

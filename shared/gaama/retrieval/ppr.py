@@ -155,18 +155,17 @@ def personalized_pagerank(
     total = s.sum()
     s = s / total if total > 0 else np.full(n, 1.0 / n)
 
-    # P = diag(scale)·W is never built: Pᵀx = Wᵀ(scale ∘ x), one sparse product per step.
+    # One step is x ← A·x + (α·leak(x) + 1 − α)·s with A = α·Pᵀ = α·Wᵀ·diag(scale): W's rows
+    # scaled, then transposed (CSR's transpose is CSC over the same arrays, no copy).
     adj = sparse.csr_matrix(adjacency, dtype=np.float64)
     scale, row_sums = _row_scale(adj, degrees, hub_degree, hub_dampening)
-    kept_back = 1.0 - scale * row_sums  # per row: mass returned to restart
-    wt = sparse.csr_matrix(adj.T)
-    restart_part = (1.0 - alpha) * s
+    leak = alpha * (1.0 - scale * row_sums)  # per row: mass returned to restart, times α
+    rows_scaled = adj.data * np.repeat(alpha * scale, np.diff(adj.indptr))
+    step = sparse.csr_matrix((rows_scaled, adj.indices, adj.indptr), shape=adj.shape).T
     x = s.copy()
     for it in range(1, max_iter + 1):
-        nxt = wt @ (scale * x)
-        nxt += float(kept_back @ x) * s
-        nxt *= alpha
-        nxt += restart_part
+        nxt = step @ x
+        nxt += (float(leak @ x) + 1.0 - alpha) * s
         delta = float(np.abs(nxt - x).sum())
         x = nxt
         if delta < tol:

@@ -336,15 +336,20 @@ def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -
 
 def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``vectors`` to ``query`` (0 for a zero vector), as the
-    vector index's COSINE distance defines it (similarity = 1 − distance)."""
+    vector index's COSINE distance defines it (similarity = 1 − distance).
+
+    In float32 like the index, with einsum rather than a BLAS call: for a hundred rows BLAS
+    would hand the product to its worker threads, which then spin on the core the rest of the
+    request needs.
+    """
     if not len(vectors):
         return np.zeros(0)
-    v = vectors.astype(np.float64)
-    q = query.astype(np.float64)
-    norms = np.linalg.norm(v, axis=1) * float(np.linalg.norm(q))
-    dots: np.ndarray = v @ q
+    v = np.asarray(vectors, dtype=np.float32)
+    q = np.asarray(query, dtype=np.float32)
+    dots = np.einsum("ij,j->i", v, q)
+    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * np.float32(np.sqrt(q @ q))
     out: np.ndarray = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-    return out
+    return out.astype(np.float64)
 
 
 def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
