@@ -39,9 +39,9 @@ def _normalise(m: np.ndarray) -> np.ndarray:
 #: How long torch's idle OpenMP workers busy-wait after a parallel region before they sleep.
 #: libgomp's default (300,000 spins) keeps a worker spinning on the second of two cores well after
 #: an encode returns, while the rest of the request (event loop, PPR thread, Redis) needs that
-#: core; a short spin still bridges the gaps between the operators of one encode (waking a sleeping
-#: worker for each, as OMP_WAIT_POLICY=PASSIVE does, made encoding half again slower). Measured
-#: with the query service on this machine: docs/benchmarks.md, "OpenMP spinning".
+#: core; a short spin still bridges the gaps between the operators of one encode (a worker that
+#: sleeps in every gap, as with OMP_WAIT_POLICY=PASSIVE, makes encoding slower). Measured by
+#: scripts/spin-ab.sh: docs/benchmarks.md, "OpenMP spinning".
 GOMP_SPINCOUNT = "10000"
 
 
