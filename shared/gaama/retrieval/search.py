@@ -338,9 +338,9 @@ def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
     """Cosine similarity of each row of ``vectors`` to ``query`` (0 for a zero vector), as the
     vector index's COSINE distance defines it (similarity = 1 − distance).
 
-    In float32 like the index, with einsum rather than a BLAS call: for a hundred rows BLAS
-    would hand the product to its worker threads, which then spin on the core the rest of the
-    request needs.
+    In float32 like the index, with einsum rather than a BLAS call: einsum runs in the calling
+    thread, where OpenBLAS may hand a product of this size to its worker threads, which then
+    spin on the core the rest of the request needs.
     """
     if not len(vectors):
         return np.zeros(0)
