@@ -22,7 +22,7 @@ from redisvl.schema import IndexSchema
 
 from gaama.errors import DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.graph import VECTOR_FIELD, as_text, transient_reply
+from gaama.store.graph import VECTOR_FIELD, as_text, store_errors
 from gaama.store.keys import Keys
 
 
@@ -144,14 +144,11 @@ class VectorIndex:
         args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
-            reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
-        except (RedisConnectionError, RedisTimeoutError) as exc:
-            raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        except ResponseError as exc:
+            with store_errors():  # unreachable or transient: StoreUnavailable
+                reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:  # a permanent error: a missing index is an outage too
             if "no such index" in str(exc).lower():
                 raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
-            if transient_reply(exc):
-                raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
             raise
         hits = []
         for key, row in _documents(reply):
