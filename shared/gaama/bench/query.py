@@ -43,7 +43,7 @@ from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
 from gaama.launch import ServiceProcess
 from gaama.store import connect
-from gaama.store.graph import VECTOR_FIELD, GraphStore, node_mapping
+from gaama.store.graph import GraphStore, node_mapping, vector_fields
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
@@ -127,7 +127,7 @@ def _queue_batch(pipe: Any, keys: Keys, tenant: str, batch: Batch) -> None:
     # The node hash, vector included, in one HSET: the index sees each document once.
     for node, vec in zip(batch.nodes, batch.vectors, strict=True):
         m = node_mapping(node)
-        m[VECTOR_FIELD] = np.asarray(vec, dtype=np.float32).tobytes()
+        m.update(vector_fields(vec))
         pipe.hset(keys.node(tenant, node.id), mapping=m)
     by_conv: dict[str, dict[str, int]] = {}
     for conv, eid, pos in batch.chain:

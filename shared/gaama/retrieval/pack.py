@@ -83,10 +83,14 @@ class Caps:
         return self.episodes if kind is NodeKind.EPISODE else 0
 
 
+def rank_key(item: Item) -> tuple[float, float, str]:
+    """Sort key of the ranking: higher score, then higher similarity, then id."""
+    return (-item.score, -item.sim, item.id)
+
+
 def rank(items: Iterable[Item]) -> list[Item]:
     """Returnable items (no concepts or entities) best first."""
-    kept = [i for i in items if i.kind in RETURNED_KINDS]
-    return sorted(kept, key=lambda i: (-i.score, -i.sim, i.id))
+    return sorted((i for i in items if i.kind in RETURNED_KINDS), key=rank_key)
 
 
 def top_k(items: Iterable[Item], k: int) -> list[Item]:
@@ -96,12 +100,11 @@ def top_k(items: Iterable[Item], k: int) -> list[Item]:
 
 def capped(items: Iterable[Item], caps: Caps) -> list[Item]:
     """The best ``cap`` items of each returned kind, in global rank order."""
-    seen: dict[NodeKind, int] = {}
+    room = {kind: caps.cap(kind) for kind in RETURNED_KINDS}
     out = []
     for item in rank(items):
-        n = seen.get(item.kind, 0)
-        if n < caps.cap(item.kind):
-            seen[item.kind] = n + 1
+        if room[item.kind] > 0:
+            room[item.kind] -= 1
             out.append(item)
     return out
 

@@ -76,7 +76,12 @@ def symmetric_adjacency(
     rows = np.concatenate([lo, hi])
     cols = np.concatenate([hi, lo])
     data = np.concatenate([w, w])
-    return sparse.csr_matrix((data, (rows, cols)), shape=(n, n))
+    # CSR straight from the arrays: group the entries by row (a stable sort) and count them for
+    # the row pointers — about half the cost of scipy's COO → CSR conversion at this size.
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n + 1, dtype=np.int32)
+    np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
+    return sparse.csr_matrix((data[order], cols[order].astype(np.int32), indptr), shape=(n, n))
 
 
 def transition_matrix(
@@ -108,7 +113,7 @@ def _row_scale(
 ) -> tuple[np.ndarray, np.ndarray]:
     """``P = diag(scale) · W``: per row, 1/row-sum (0 if dangling), times the dampening for
     hubs. Also returns the row sums of ``W``."""
-    row_sums = np.asarray(adj.sum(axis=1)).ravel()
+    row_sums = adj @ np.ones(adj.shape[1])
     scale = np.divide(1.0, row_sums, out=np.zeros_like(row_sums), where=row_sums > 0)
     if degrees is None:
         degrees = np.diff(adj.indptr)
@@ -157,17 +162,25 @@ def personalized_pagerank(
 
     # One step is x ← A·x + (α·leak(x) + 1 − α)·s with A = α·Pᵀ = α·Wᵀ·diag(scale): W's rows
     # scaled, then transposed (CSR's transpose is CSC over the same arrays, no copy).
-    adj = sparse.csr_matrix(adjacency, dtype=np.float64)
+    adj = _as_csr(adjacency)
     scale, row_sums = _row_scale(adj, degrees, hub_degree, hub_dampening)
     leak = alpha * (1.0 - scale * row_sums)  # per row: mass returned to restart, times α
     rows_scaled = adj.data * np.repeat(alpha * scale, np.diff(adj.indptr))
     step = sparse.csr_matrix((rows_scaled, adj.indices, adj.indptr), shape=adj.shape).T
     x = s.copy()
+    restart_share = 1.0 - alpha
     for it in range(1, max_iter + 1):
         nxt = step @ x
-        nxt += (float(leak @ x) + 1.0 - alpha) * s
-        delta = float(np.abs(nxt - x).sum())
+        nxt += (float(leak @ x) + restart_share) * s
+        delta = float(np.add.reduce(np.abs(nxt - x)))
         x = nxt
         if delta < tol:
             return PPRResult(x, it, True)
     return PPRResult(x, max_iter, False)
+
+
+def _as_csr(adjacency: sparse.spmatrix) -> sparse.csr_matrix:
+    """``adjacency`` as float64 CSR, without a copy when it is one already."""
+    if isinstance(adjacency, sparse.csr_matrix) and adjacency.dtype == np.float64:
+        return adjacency
+    return sparse.csr_matrix(adjacency, dtype=np.float64)

@@ -21,11 +21,12 @@ choices the paper leaves open, made here:
   against 500 or 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs in its worker thread, Redis reads the stored fields and vector of the first
-  ``expanded_read`` (120) returnable nodes the expansion admitted outside the pool (nearest the
-  most similar seeds, heaviest edges first; :meth:`GraphStore.read_vectors`); their cosine
-  similarity is computed here (microseconds), and the ``expanded_candidates`` (100) of them with
-  the most PPR mass join the candidates. The two overlap, so the read costs little latency.
+  PPR runs in its worker thread, Redis reads the stored fields and the int8 copy of the vector
+  of the first ``expanded_read`` (80) returnable nodes the expansion admitted outside the pool
+  (nearest the most similar seeds, heaviest edges first; :meth:`GraphStore.read_vectors`);
+  their cosine similarity is computed here (microseconds, within 1.5e-3 of the float32 value),
+  and the ``expanded_candidates`` (80) of them with the most PPR mass join the candidates. The
+  two overlap, so the read costs little latency.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
   episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
@@ -60,10 +61,9 @@ from gaama.retrieval.pack import (
     Caps,
     Item,
     Provenance,
-    capped,
     pack,
+    rank_key,
     render_memory,
-    top_k,
 )
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.ppr import (
@@ -268,11 +268,12 @@ class Retriever:
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
-        items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))
+        items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))  # best first
         for item in items:
             _show(item, shown.get(item.id, {}))
-        ranked = [i for i in top_k(items, k) if i.text]
-        memory = pack([i for i in capped(items, caps) if i.text], caps)
+        items = [i for i in items if i.text]  # a node deleted since it was read has none
+        ranked = items[:k]
+        memory = pack(items, caps)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).
         returned = {i.id: i for i in [*ranked, *memory]}
@@ -368,14 +369,18 @@ def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRRe
 def _show(item: Item, fields: Mapping[str, str]) -> None:
     """Copy a node's stored text, time and place onto its item (a node deleted since the KNN
     read has no fields: its empty text drops it)."""
-    item.text = fields.get("text", "")
-    item.time = float(fields.get("time") or 0.0)
-    item.conversation = fields.get("conversation", "")
-    item.seq = int(fields.get("seq") or 0)
-    if item.kind is NodeKind.EPISODE and "turn_id" in fields:
-        item.provenance = [Provenance(item.id, fields["turn_id"])]
-    elif item.kind is NodeKind.FACT:
-        item.sources = tuple(e for e in fields.get("sources", "").split(",") if e)
+    get = fields.get
+    item.text = get("text", "")
+    if time_ := get("time"):
+        item.time = float(time_)
+    item.conversation = get("conversation", "")
+    if seq := get("seq"):
+        item.seq = int(seq)
+    if item.kind is NodeKind.EPISODE:
+        if (turn := get("turn_id")) is not None:
+            item.provenance = [Provenance(item.id, turn)]
+    elif item.kind is NodeKind.FACT and (sources := get("sources")):
+        item.sources = tuple(e for e in sources.split(",") if e)
 
 
 def _kind(node: str) -> NodeKind | None:
@@ -392,40 +397,42 @@ def _score(
     w_sim: float,
     keep: tuple[int, Caps] | None = None,
 ) -> list[Item]:
-    """Items of the returnable candidates with max-normalised sim and PPR and the final score.
+    """Items of the returnable candidates with max-normalised sim and PPR and the final score,
+    best first (the order of :func:`~gaama.retrieval.pack.rank`).
 
     With ``keep=(k, caps)`` only items that can reach the top k or a kind's cap are built (with
     a margin for nodes that turn out to have no text): the rest cannot be returned.
     """
-    kinds = {n: _kind(n) for n in dict.fromkeys([*sims, *ppr])}
-    returned = {n: k for n, k in kinds.items() if k in RETURNED_KINDS and k is not None}
-    ids = list(returned)
+    ids: list[str] = []
+    kinds: list[NodeKind] = []
+    for node in dict.fromkeys([*sims, *ppr]):
+        kind = _kind(node)
+        if kind is not None and kind in RETURNED_KINDS:
+            ids.append(node)
+            kinds.append(kind)
+    if not ids:
+        return []
     sim = _norm_max(np.clip(np.array([sims.get(n, 0.0) for n in ids]), 0.0, None))
     pr = _norm_max(np.array([ppr.get(n, 0.0) for n in ids]))
     score = w_ppr * pr + w_sim * sim
-    chosen: np.ndarray | list[int] = range(len(ids))  # type: ignore[assignment]
-    if keep is not None and ids:
+    order: list[int] = np.argsort(-score, kind="stable").tolist()
+    if keep is not None:
         k, caps = keep
-        order = np.argsort(-score, kind="stable")
-        picked = set(order[: k + _MARGIN].tolist())
-        kind_arr = [returned[n] for n in ids]
-        seen: dict[NodeKind, int] = {}
-        for idx in order.tolist():
-            kd = kind_arr[idx]
-            if seen.get(kd, 0) < caps.cap(kd) + _MARGIN:
-                seen[kd] = seen.get(kd, 0) + 1
-                picked.add(idx)
-        chosen = sorted(picked)
-    return [
-        Item(
-            id=ids[i],
-            kind=returned[ids[i]],
-            sim=float(sim[i]),
-            ppr=float(pr[i]),
-            score=float(score[i]),
-        )
-        for i in chosen
+        room = {kind: caps.cap(kind) + _MARGIN for kind in RETURNED_KINDS}
+        picked = []
+        for position, idx in enumerate(order):  # the top k, and what each kind's cap takes
+            if room[kinds[idx]] > 0:
+                room[kinds[idx]] -= 1
+                picked.append(idx)
+            elif position < k + _MARGIN:
+                picked.append(idx)
+        order = picked
+    sim_l, pr_l, score_l = sim.tolist(), pr.tolist(), score.tolist()
+    items = [
+        Item(id=ids[i], kind=kinds[i], sim=sim_l[i], ppr=pr_l[i], score=score_l[i]) for i in order
     ]
+    items.sort(key=rank_key)  # ties of the score: higher similarity, then id
+    return items
 
 
 _MARGIN = 10  # extra items kept past k and the caps, for nodes that turn out to have no text

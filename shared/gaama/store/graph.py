@@ -25,6 +25,11 @@ from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKin
 from gaama.store.keys import Keys
 
 VECTOR_FIELD = "embedding"
+#: A compact copy of the vector for retrieval's read-ahead: int8, scaled so the largest component
+#: is ±127. Cosine similarity ignores the scale; with MiniLM vectors it stays within 1.5e-3 of
+#: the float32 value. Redis hands the read-ahead script a quarter of the bytes per node, which
+#: cut that script's time by about 30% (see GraphStore.read_vectors and docs/benchmarks.md).
+COMPACT_VECTOR_FIELD = "embedding_i8"
 #: Stored weight of a NEXT edge (its type weight, 0.8, is applied at retrieval).
 NEXT_STORED_WEIGHT = "1"
 _TEXT_FIELDS = (
@@ -154,9 +159,11 @@ local function in_scope(v)
   end
   return ok
 end
+local nw = {}  -- walk weight of each neighbour of the node being read
 local function heavier(a, b)
-  if a[2] ~= b[2] then return a[2] > b[2] end
-  return a[1] < b[1]
+  local x, y = nw[a], nw[b]
+  if x ~= y then return x > y end
+  return a < b
 end
 local nodes, index = {}, {}
 local count = 0
@@ -179,17 +186,17 @@ for hop = 1, hops do
     if degree[u] <= hub then
       read[u] = true
       local flat = call('HGETALL', key)
-      local nbs = {}
+      local nbs, nn = {}, 0
       for j = 1, #flat, 2 do
         local v, val = flat[j], flat[j + 1]
         ne = ne + 1
         eu[ne] = u; ev[ne] = v; ex[ne] = val
-        if not index[v] then nbs[#nbs + 1] = {v, walk(val)} end
+        if not index[v] then nn = nn + 1; nbs[nn] = v; nw[v] = walk(val) end
       end
-      table.sort(nbs, heavier)
-      for _, nb in ipairs(nbs) do
+      if nn > 1 then table.sort(nbs, heavier) end
+      for i = 1, nn do
         if count >= cap then break end
-        local v = nb[1]
+        local v = nbs[i]
         if not index[v] and in_scope(v) then
           count = count + 1; nodes[count] = v; index[v] = count; ring[#ring + 1] = v
         end
@@ -215,19 +222,28 @@ end
 return {nodes, degrees, out}
 """
 # The read-ahead of a search (see GraphStore.read_vectors): stored fields and vector of the first
-# ARGV[4] nodes, in the order given, that have a vector of ARGV[3] bytes.
-# ARGV: node prefix, fields (comma-separated, the vector last), vector bytes, how many, the ids
-# (comma-separated). Reply: {id, {field values..., vector}} per node read.
+# ARGV[4] nodes, in the order given, that have a vector of ARGV[3] dimensions — the int8 copy, or
+# the float32 vector for a node written before the copy existed.
+# ARGV: node prefix, fields (comma-separated: the shown fields, the int8 field, the float32 field),
+# dimensions, how many, the ids (comma-separated). Reply: {id, {shown values..., vector}} per node.
 _READ_VECTORS = """
-local nodep, vlen, want = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
+local nodep, dim, want = ARGV[1], tonumber(ARGV[3]), tonumber(ARGV[4])
 local fields = {}
 for f in string.gmatch(ARGV[2], '[^,]+') do fields[#fields + 1] = f end
+local full = table.remove(fields)
+local nf = #fields
 local out, n = {}, 0
 for v in string.gmatch(ARGV[5], '[^,]+') do
   if n >= want then break end
-  local row = redis.call('HMGET', nodep .. v, unpack(fields))
-  local vec = row[#fields]
-  if vec and #vec == vlen then
+  local key = nodep .. v
+  local row = redis.call('HMGET', key, unpack(fields))
+  local vec = row[nf]
+  if not (vec and #vec == dim) then
+    vec = redis.call('HGET', key, full)
+    if not (vec and #vec == dim * 4) then vec = false end
+    row[nf] = vec
+  end
+  if vec then
     n = n + 1
     out[n] = {v, row}
   end
@@ -334,8 +350,12 @@ def transient_reply(exc: ResponseError) -> bool:
     return str(exc).split(" ", 1)[0] in _TRANSIENT_REPLIES
 
 
-def _vector_bytes(vector: Sequence[float] | np.ndarray) -> bytes:
-    return np.asarray(vector, dtype=np.float32).tobytes()
+def vector_fields(vector: Sequence[float] | np.ndarray) -> dict[str, bytes]:
+    """The stored forms of a vector: float32 (indexed) and its int8 copy (read-ahead)."""
+    v = np.asarray(vector, dtype=np.float32).ravel()
+    top = float(np.abs(v).max()) if v.size else 0.0
+    compact = np.rint(v * (127.0 / top)) if top > 0 else np.zeros(v.shape)
+    return {VECTOR_FIELD: v.tobytes(), COMPACT_VECTOR_FIELD: compact.astype(np.int8).tobytes()}
 
 
 def node_mapping(node: Node) -> dict[str, Any]:
@@ -354,7 +374,7 @@ def node_mapping(node: Node) -> dict[str, Any]:
     for k, v in node.extra.items():
         m[k] = v
     if node.vector is not None:
-        m[VECTOR_FIELD] = _vector_bytes(node.vector)
+        m.update(vector_fields(node.vector))
     return m
 
 
@@ -365,7 +385,7 @@ def _node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node
     extra = {
         k.decode(): v.decode("utf-8", "replace")
         for k, v in h.items()
-        if k.decode() not in {*_TEXT_FIELDS, "time", "belief", VECTOR_FIELD}
+        if k.decode() not in {*_TEXT_FIELDS, "time", "belief", VECTOR_FIELD, COMPACT_VECTOR_FIELD}
     }
     if sources := get("sources"):
         extra["sources"] = sources
@@ -624,19 +644,23 @@ class GraphStore:
     ) -> tuple[list[tuple[str, dict[str, str]]], np.ndarray]:
         """Stored ``fields`` and vector of the first ``limit`` of ``ids``, in the order given, that
         have a ``dim``-dimensional vector (others are passed over, as the vector index would), in
-        one round trip: ``([(id, {field: value})], (n, dim) float32 vectors)``, a field absent
+        one round trip: ``([(id, {field: value})], (n, dim) float32 rows)``, a field absent
         from a node left out. Every key read is under the tenant's prefix.
+
+        Each row is the node's int8 copy (:data:`COMPACT_VECTOR_FIELD`) as float32 — the vector's
+        direction at another scale, for cosine similarity only — or, for a node stored before the
+        copy existed, its float32 vector.
 
         Retrieval's read-ahead (see :mod:`gaama.retrieval.search`); ids are GAAMA node ids,
         which never hold a comma (the script takes them as one comma-separated argument).
         """
         if not ids or limit <= 0:
             return [], np.zeros((0, dim), dtype=np.float32)
-        wanted = [f for f in fields if f != VECTOR_FIELD]
+        wanted = [f for f in fields if f not in (VECTOR_FIELD, COMPACT_VECTOR_FIELD)]
         args: list[str | int] = [
             self.keys.node(tenant, ""),
-            ",".join([*wanted, VECTOR_FIELD]),
-            dim * 4,
+            ",".join([*wanted, COMPACT_VECTOR_FIELD, VECTOR_FIELD]),
+            dim,
             limit,
             ",".join(ids),
         ]
@@ -646,8 +670,15 @@ class GraphStore:
             (node.decode(), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
             for node, row in rows
         ]
-        vectors = np.frombuffer(b"".join(row[-1] for _, row in rows), dtype=np.float32)
-        return shown, vectors.reshape(len(rows), dim)
+        raw = [row[-1] for _, row in rows]
+        if all(len(v) == dim for v in raw):  # every node has its int8 copy: one conversion
+            return shown, np.frombuffer(b"".join(raw), dtype=np.int8).reshape(-1, dim).astype(
+                np.float32
+            )
+        vectors = np.zeros((len(raw), dim), dtype=np.float32)
+        for i, v in enumerate(raw):
+            vectors[i] = np.frombuffer(v, dtype=np.int8 if len(v) == dim else np.float32)
+        return shown, vectors
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn
