@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import redis
 
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
@@ -409,3 +410,53 @@ async def test_a_node_with_its_vector_is_stored_as_a_listpack(
     e = episode("acme", "c", "1", "a turn of ordinary length " * 8, v.tolist())
     await graph.append_episode(e)
     assert await redis_client.object("encoding", keys.node("acme", e.id)) == b"listpack"
+
+
+async def test_read_during_sends_the_request_before_the_work(
+    graph: GraphStore, redis_client, settings
+):
+    """``read_vectors_during`` writes its request before ``work`` runs (Redis has executed it by
+    the time another connection asks), returns work's result with the same read as
+    ``read_vectors``, survives a script flush, and drops its connection if work fails."""
+    t, dim = "acme", 8
+    rng = np.random.default_rng(5)
+    nodes = [_node(t, NodeKind.FACT, f"f{i}", "c1") for i in range(3)]
+    for node in nodes:
+        node.vector = rng.standard_normal(dim).astype(np.float32).tolist()
+    await graph.write(t, nodes, [])
+    ids = [n.id for n in nodes]
+    probe = redis.Redis.from_url(settings.redis_url)
+
+    def evalsha_calls() -> int:
+        return int(probe.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
+
+    def work() -> int:  # runs in the event loop's thread, blocking it: Redis must have the call
+        return evalsha_calls()
+
+    before = evalsha_calls()
+    shown, vectors, seen = await graph.read_vectors_during(
+        t, ids, fields=["text"], dim=dim, limit=5, work=work
+    )
+    assert seen == before + 1
+    plain, plain_vectors = await graph.read_vectors(t, ids, fields=["text"], dim=dim, limit=5)
+    assert shown == plain and np.array_equal(vectors, plain_vectors)
+    # nothing to read: the work still runs
+    assert (await graph.read_vectors_during(t, [], fields=[], dim=dim, limit=5, work=lambda: 7))[
+        2
+    ] == 7
+    # scripts flushed (a Redis restart): the script's source is sent instead
+    await redis_client.script_flush()
+    again, _, _ = await graph.read_vectors_during(
+        t, ids, fields=["text"], dim=dim, limit=5, work=lambda: None
+    )
+    assert again == plain
+
+    def fail() -> None:
+        raise RuntimeError("walk failed")
+
+    with pytest.raises(RuntimeError, match="walk failed"):
+        await graph.read_vectors_during(t, ids, fields=["text"], dim=dim, limit=5, work=fail)
+    # the connection with the unread reply was dropped: the pool still answers correctly
+    assert (await graph.read_vectors(t, ids, fields=["text"], dim=dim, limit=5))[0] == plain
+    assert await redis_client.ping()
+    probe.close()

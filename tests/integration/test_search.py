@@ -349,3 +349,31 @@ async def test_fact_without_sources_field_uses_its_edges(
     res = await retriever.search("acme", "deer at dawn", k=50)
     item = next(i for i in res.ranked if i.id == fid)
     assert [(p.episode_id, p.turn_id) for p in item.provenance] == [(ep, "D1:6")]
+
+
+async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker(
+    graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever, monkeypatch
+) -> None:
+    """PPR of a subgraph within PPR_INLINE_MAX runs in the event loop's thread (while Redis
+    reads ahead); a larger walk runs in a worker thread. Either way the result is the same."""
+    import threading
+
+    from gaama.retrieval import search
+
+    await build_memory(graph, embedder, "acme")
+    threads: list[int] = []
+    real = search._run_ppr
+
+    def spy(*args: object) -> object:
+        threads.append(threading.get_ident())
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(search, "_run_ppr", spy)
+    query = "What did Caroline make in her pottery class?"
+    inline = await retriever.search("acme", query)
+    monkeypatch.setattr(search, "PPR_INLINE_MAX", 0)
+    offloaded = await retriever.search("acme", query)
+    assert threads[0] == threading.get_ident() and threads[1] != threading.get_ident()
+    assert inline.subgraph_nodes == offloaded.subgraph_nodes > 0
+    assert [(i.id, i.score) for i in inline.ranked] == [(i.id, i.score) for i in offloaded.ranked]
+    assert [i.id for i in inline.memory] == [i.id for i in offloaded.memory]

@@ -13,7 +13,8 @@ The walk, on an undirected weighted adjacency ``W`` (edges followed in both dire
 - One step: ``x ← (1 − α)·s + α·(Pᵀx + leak(x)·s)`` with ``leak(x) = Σᵢ xᵢ·(1 − rowsumᵢ(P))``;
   stop when ``‖Δx‖₁ < tol`` or after ``max_iter`` steps.
 
-Pure numpy/scipy, no I/O: callers run it off the event loop (``asyncio.to_thread``).
+Pure numpy/scipy, no I/O. Retrieval runs a bounded walk in the request's thread while Redis
+reads ahead, and a large one off the event loop (``gaama.retrieval.search.PPR_INLINE_MAX``).
 """
 
 from __future__ import annotations

@@ -21,12 +21,13 @@ choices the paper leaves open, made here:
   against 500 or 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs in its worker thread, Redis reads the stored fields and the int8 copy of the vector
-  of the first ``expanded_read`` (80) returnable nodes the expansion admitted outside the pool
-  (nearest the most similar seeds, heaviest edges first; :meth:`GraphStore.read_vectors`);
-  their cosine similarity is computed here (microseconds, within 1.5e-3 of the float32 value),
-  and the ``expanded_candidates`` (80) of them with the most PPR mass join the candidates. The
-  two overlap, so the read costs little latency.
+  PPR runs (``PPR_INLINE_MAX`` says in which thread), Redis reads the stored fields and the int8
+  copy of the vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
+  outside the pool (nearest the most similar seeds, heaviest edges first;
+  :meth:`GraphStore.read_vectors_during`); their cosine similarity is computed here
+  (microseconds, within 1.5e-3 of the float32 value), and the ``expanded_candidates`` (80) of
+  them with the most PPR mass join the candidates. The two overlap, so the read costs little
+  latency.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
   episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
@@ -244,23 +245,29 @@ class Retriever:
             # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
             # They are chosen among the first ``expanded_read`` returnable nodes the expansion
             # admitted (nearest the most similar seeds, heaviest edges first), whose fields and
-            # vectors Redis reads while PPR runs. The read goes first: its task sends the request
-            # before the PPR task hands the walk to a worker thread (which then holds the GIL).
+            # vectors Redis reads while PPR runs.
             outside = read_ahead_order(sub.nodes, len(seeds), sims)
-            (ahead_shown, ahead_vectors), result = await asyncio.gather(
-                self.graph.read_vectors(
+            dim, limit = int(qvec.size), max(p.expanded_read, p.expanded_candidates)
+            if ppr_size(sub) <= PPR_INLINE_MAX:
+                # A bounded walk (the default 300 nodes: ~0.3 ms) runs in this thread while Redis
+                # executes the read, the request already sent (see PPR_INLINE_MAX).
+                shown_ahead, ahead_vectors, result = await self.graph.read_vectors_during(
                     tenant,
                     outside,
                     fields=_SHOWN,
-                    dim=int(qvec.size),
-                    limit=max(p.expanded_read, p.expanded_candidates),
-                ),
-                asyncio.to_thread(_run_ppr, sub, restart, p),  # CPU: off the loop
-            )
+                    dim=dim,
+                    limit=limit,
+                    work=lambda: _run_ppr(sub, restart, p),
+                )
+            else:  # a large walk: off the event loop, in a worker thread
+                (shown_ahead, ahead_vectors), result = await asyncio.gather(
+                    self.graph.read_vectors(tenant, outside, fields=_SHOWN, dim=dim, limit=limit),
+                    asyncio.to_thread(_run_ppr, sub, restart, p),
+                )
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
             ahead = sorted(
-                zip(ahead_shown, cosine(ahead_vectors, qvec).tolist(), strict=True),
+                zip(shown_ahead, cosine(ahead_vectors, qvec).tolist(), strict=True),
                 key=lambda a: -scores[a[0][0]],
             )
             for (node, fields), similarity in ahead[: p.expanded_candidates]:
@@ -327,6 +334,21 @@ class Retriever:
         if result.mode != "semantic":
             self.metrics.subgraph_nodes.observe(result.subgraph_nodes)
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
+
+
+#: Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own thread,
+#: while Redis executes the read-ahead; larger walks go to a worker thread. Under CPython a worker
+#: holds the GIL while it computes, so for a short walk a thread frees nothing for the event loop
+#: and only adds two handoffs: at the default bound (300 nodes, ~900 entries, ~0.3 ms) the walk
+#: in a worker measured 0.6 ms slower per request (docs/benchmarks.md, "PPR in the request's
+#: thread"). 4000 entries take ~0.5 ms, about as long as the loop already spends on scoring and
+#: packing; a walk above it (a raised ``max_expanded``) can take milliseconds and leaves the loop.
+PPR_INLINE_MAX = 4000
+
+
+def ppr_size(sub: Expansion) -> int:
+    """The walk's size: subgraph nodes plus stored (directed) adjacency entries."""
+    return len(sub.nodes) + 2 * len(sub.edges)
 
 
 def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:

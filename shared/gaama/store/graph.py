@@ -11,12 +11,18 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import OutOfMemoryError, ReadOnlyError, ResponseError, TryAgainError
+from redis.exceptions import (
+    NoScriptError,
+    OutOfMemoryError,
+    ReadOnlyError,
+    ResponseError,
+    TryAgainError,
+)
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama.errors import StoreUnavailable, ValidationError
@@ -24,6 +30,7 @@ from gaama.ids import kind_of, kind_prefix
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
 from gaama.store.keys import Keys
 
+T = TypeVar("T")
 VECTOR_FIELD = "embedding"
 #: A compact copy of the vector for retrieval's read-ahead: int8, scaled so the largest component
 #: is ±127. Cosine similarity ignores the scale; with MiniLM vectors it stays within 1.5e-3 of
@@ -654,9 +661,38 @@ class GraphStore:
         Retrieval's read-ahead (see :mod:`gaama.retrieval.search`); ids are GAAMA node ids,
         which never hold a comma (the script takes them as one comma-separated argument).
         """
+        shown, vectors, _ = await self._read_ahead(tenant, ids, fields, dim, limit, None)
+        return shown, vectors
+
+    async def read_vectors_during(
+        self,
+        tenant: str,
+        ids: Sequence[str],
+        *,
+        fields: Sequence[str],
+        dim: int,
+        limit: int,
+        work: Callable[[], T],
+    ) -> tuple[list[tuple[str, dict[str, str]]], np.ndarray, T]:
+        """:meth:`read_vectors`, running ``work()`` (CPU, in this thread) while Redis executes
+        the read: the request is on the wire before ``work`` starts and the reply is read after
+        it returns. Returns the read and ``work``'s result."""
+        shown, vectors, done = await self._read_ahead(tenant, ids, fields, dim, limit, work)
+        return shown, vectors, cast(T, done)
+
+    async def _read_ahead(
+        self,
+        tenant: str,
+        ids: Sequence[str],
+        fields: Sequence[str],
+        dim: int,
+        limit: int,
+        work: Callable[[], T] | None,
+    ) -> tuple[list[tuple[str, dict[str, str]]], np.ndarray, T | None]:
         if not ids or limit <= 0:
-            return [], np.zeros((0, dim), dtype=np.float32)
+            return [], np.zeros((0, dim), dtype=np.float32), work() if work else None
         wanted = [f for f in fields if f not in (VECTOR_FIELD, COMPACT_VECTOR_FIELD)]
+        keys = [self.keys.node(tenant, ids[0])]  # routes the call to the tenant's shard
         args: list[str | int] = [
             self.keys.node(tenant, ""),
             ",".join([*wanted, COMPACT_VECTOR_FIELD, VECTOR_FIELD]),
@@ -664,21 +700,52 @@ class GraphStore:
             limit,
             ",".join(ids),
         ]
-        with store_errors():  # one declared key routes the call to the tenant's shard
-            rows = await self._read_vectors(keys=[self.keys.node(tenant, ids[0])], args=args)
+        done: T | None = None
+        with store_errors():
+            if work is None:
+                rows = await self._read_vectors(keys=keys, args=args)
+            else:
+                rows, done = await self._call_during(self._read_vectors, keys, args, work)
         shown = [
             (node.decode(), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
             for node, row in rows
         ]
         raw = [row[-1] for _, row in rows]
         if all(len(v) == dim for v in raw):  # every node has its int8 copy: one conversion
-            return shown, np.frombuffer(b"".join(raw), dtype=np.int8).reshape(-1, dim).astype(
-                np.float32
-            )
-        vectors = np.zeros((len(raw), dim), dtype=np.float32)
+            vectors = np.frombuffer(b"".join(raw), dtype=np.int8).reshape(-1, dim)
+            return shown, vectors.astype(np.float32), done
+        out = np.zeros((len(raw), dim), dtype=np.float32)
         for i, v in enumerate(raw):
-            vectors[i] = np.frombuffer(v, dtype=np.int8 if len(v) == dim else np.float32)
-        return shown, vectors
+            out[i] = np.frombuffer(v, dtype=np.int8 if len(v) == dim else np.float32)
+        return shown, out, done
+
+    async def _call_during(
+        self, script: Any, keys: list[str], args: list[str | int], work: Callable[[], T]
+    ) -> tuple[Any, T]:
+        """Send one script call, run ``work`` while Redis executes it, then read its reply.
+
+        On a connection taken from the client's pool for the call: the request is written before
+        ``work`` starts. (A task that awaits the client's own call, started beside ``work``,
+        needs two turns of the event loop before it writes, so ``work`` would run first.)
+        """
+        pool = self.redis.connection_pool
+        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        try:
+            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            done = work()
+            try:
+                reply = await conn.read_response()
+            except NoScriptError:  # Redis restarted or its scripts were flushed: send the source
+                await conn.send_command("EVAL", script.script, len(keys), *keys, *args)
+                reply = await conn.read_response()
+            return reply, done
+        except BaseException:
+            # A reply may still be on its way (work failed, the task was cancelled): this
+            # connection cannot serve another call.
+            await conn.disconnect()
+            raise
+        finally:
+            await pool.release(conn)
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn
