@@ -13,8 +13,8 @@ variants=(
   "max_expanded=200"
   "max_expanded=300"
   "max_expanded=500"
-  "max_expanded=300 expanded_read=40 expanded_candidates=40"
   "max_expanded=300 expanded_read=60 expanded_candidates=60"
+  "max_expanded=300 expanded_read=120 expanded_candidates=100"
 )
 echo "| variant | R@10 all | R@1000w all | R@10 cat 1 | R@1000w cat 1 | R@10 cat 2 | R@1000w cat 2 |"
 echo "|---|---|---|---|---|---|---|"

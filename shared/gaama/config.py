@@ -52,6 +52,11 @@ class RetrievalSettings(BaseModel):
     # 80 match the recall of reading 120 and scoring 100 (docs/benchmarks.md, "Subgraph bound").
     expanded_candidates: int = Field(80, ge=0, le=100000)
     expanded_read: int = Field(80, ge=0, le=100000)
+    # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
+    # thread while Redis reads ahead; a larger one goes to a worker thread. At the default bound
+    # (300 nodes, ~0.3 ms) a worker only adds handoffs: the GIL keeps the loop waiting anyway
+    # (docs/architecture.md, "Why PPR runs in the request's thread"; scripts/ppr-thread-ab.sh).
+    ppr_inline_max: int = Field(4000, ge=0, le=1_000_000)
 
 
 class Settings(BaseSettings):

@@ -354,7 +354,7 @@ async def test_fact_without_sources_field_uses_its_edges(
 async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker(
     graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever, monkeypatch
 ) -> None:
-    """PPR of a subgraph within PPR_INLINE_MAX runs in the event loop's thread (while Redis
+    """PPR of a subgraph within ``ppr_inline_max`` runs in the event loop's thread (while Redis
     reads ahead); a larger walk runs in a worker thread. Either way the result is the same."""
     import threading
 
@@ -371,8 +371,7 @@ async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker
     monkeypatch.setattr(search, "_run_ppr", spy)
     query = "What did Caroline make in her pottery class?"
     inline = await retriever.search("acme", query)
-    monkeypatch.setattr(search, "PPR_INLINE_MAX", 0)
-    offloaded = await retriever.search("acme", query)
+    offloaded = await retriever.search("acme", query, params={"ppr_inline_max": 0})
     assert threads[0] == threading.get_ident() and threads[1] != threading.get_ident()
     assert inline.subgraph_nodes == offloaded.subgraph_nodes > 0
     assert [(i.id, i.score) for i in inline.ranked] == [(i.id, i.score) for i in offloaded.ranked]

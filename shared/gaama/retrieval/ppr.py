@@ -14,7 +14,7 @@ The walk, on an undirected weighted adjacency ``W`` (edges followed in both dire
   stop when ``‖Δx‖₁ < tol`` or after ``max_iter`` steps.
 
 Pure numpy/scipy, no I/O. Retrieval runs a bounded walk in the request's thread while Redis
-reads ahead, and a large one off the event loop (``gaama.retrieval.search.PPR_INLINE_MAX``).
+reads ahead, and a large one off the event loop (the ``ppr_inline_max`` retrieval setting).
 """
 
 from __future__ import annotations

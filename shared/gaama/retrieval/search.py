@@ -21,7 +21,7 @@ choices the paper leaves open, made here:
   against 500 or 4000, nor did stopping the reads once full.
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs (``PPR_INLINE_MAX`` says in which thread), Redis reads the stored fields and the int8
+  PPR runs (``ppr_inline_max`` says in which thread), Redis reads the stored fields and the int8
   copy of the vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
   outside the pool (nearest the most similar seeds, heaviest edges first;
   :meth:`GraphStore.read_vectors_during`); their cosine similarity is computed here
@@ -248,9 +248,11 @@ class Retriever:
             # vectors Redis reads while PPR runs.
             outside = read_ahead_order(sub.nodes, len(seeds), sims)
             dim, limit = int(qvec.size), max(p.expanded_read, p.expanded_candidates)
-            if ppr_size(sub) <= PPR_INLINE_MAX:
+            if ppr_size(sub) <= p.ppr_inline_max:
                 # A bounded walk (the default 300 nodes: ~0.3 ms) runs in this thread while Redis
-                # executes the read, the request already sent (see PPR_INLINE_MAX).
+                # executes the read, the request already sent. Under CPython a worker thread
+                # holds the GIL while it computes, so for a short walk it frees nothing for the
+                # event loop and only adds two handoffs (``ppr_inline_max`` in the settings).
                 shown_ahead, ahead_vectors, result = await self.graph.read_vectors_during(
                     tenant,
                     outside,
@@ -334,16 +336,6 @@ class Retriever:
         if result.mode != "semantic":
             self.metrics.subgraph_nodes.observe(result.subgraph_nodes)
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
-
-
-#: Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own thread,
-#: while Redis executes the read-ahead; larger walks go to a worker thread. Under CPython a worker
-#: holds the GIL while it computes, so for a short walk a thread frees nothing for the event loop
-#: and only adds two handoffs: at the default bound (300 nodes, ~900 entries, ~0.3 ms) the walk
-#: in a worker measured 0.6 ms slower per request (docs/benchmarks.md, "PPR in the request's
-#: thread"). 4000 entries take ~0.5 ms, about as long as the loop already spends on scoring and
-#: packing; a walk above it (a raised ``max_expanded``) can take milliseconds and leaves the loop.
-PPR_INLINE_MAX = 4000
 
 
 def ppr_size(sub: Expansion) -> int:
