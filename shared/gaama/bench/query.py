@@ -396,7 +396,9 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
                 file=sys.stderr,
             )
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
-        service = await ServiceProcess("query", settings, log_dir).astart(180)
+        # The caller's own GAAMA_* variables reach the service (e.g. GAAMA_RETRIEVAL__* knobs for
+        # an A/B), under the run's namespace.
+        service = await ServiceProcess("query", settings, log_dir, inherit=True).astart(180)
         texts = query_texts(4096)
         for n in sorted(loads):
             for mode in opts.modes:  # warm-up: model, connections, Redis caches
