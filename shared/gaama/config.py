@@ -56,7 +56,8 @@ class RetrievalSettings(BaseModel):
     # thread while Redis reads ahead; a larger one goes to a worker thread. At the default bound
     # (300 nodes, ~0.3 ms) a worker only adds handoffs: the GIL keeps the loop waiting anyway
     # (docs/architecture.md, "Why PPR runs in the request's thread"; scripts/ppr-thread-ab.sh).
-    ppr_inline_max: int = Field(4000, ge=0, le=1_000_000)
+    # Bounded: a request may not hold the event loop for a long walk (20000 entries: ~3 ms).
+    ppr_inline_max: int = Field(4000, ge=0, le=20000)
 
 
 class Settings(BaseSettings):

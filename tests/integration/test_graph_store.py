@@ -459,4 +459,10 @@ async def test_read_during_sends_the_request_before_the_work(
     # the connection with the unread reply was dropped: the pool still answers correctly
     assert (await graph.read_vectors(t, ids, fields=["text"], dim=dim, limit=5))[0] == plain
     assert await redis_client.ping()
+    # Redis drops every pooled connection (as on a restart): the call reconnects and succeeds
+    probe.client_kill_filter(_type="normal", skipme=True)
+    again, _, walked = await graph.read_vectors_during(
+        t, ids, fields=["text"], dim=dim, limit=5, work=lambda: "walked"
+    )
+    assert again == plain and walked == "walked"
     probe.close()

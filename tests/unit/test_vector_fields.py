@@ -29,3 +29,10 @@ def test_a_zero_vector_has_a_zero_copy():
     stored = vector_fields([0.0] * 8)
     assert stored[COMPACT_VECTOR_FIELD] == bytes(8)
     assert cosine(np.zeros((1, 8), dtype=np.float32), np.ones(8, dtype=np.float32))[0] == 0.0
+
+
+def test_a_non_finite_vector_has_a_zero_copy():
+    stored = vector_fields([float("inf"), 1.0, 0.5, -2.0])
+    assert stored[COMPACT_VECTOR_FIELD] == bytes(4)
+    stored = vector_fields([float("nan"), 1.0, 0.5, -2.0])
+    assert stored[COMPACT_VECTOR_FIELD] == bytes(4)

@@ -361,7 +361,8 @@ def vector_fields(vector: Sequence[float] | np.ndarray) -> dict[str, bytes]:
     """The stored forms of a vector: float32 (indexed) and its int8 copy (read-ahead)."""
     v = np.asarray(vector, dtype=np.float32).ravel()
     top = float(np.abs(v).max()) if v.size else 0.0
-    compact = np.rint(v * (127.0 / top)) if top > 0 else np.zeros(v.shape)
+    usable = top > 0 and np.isfinite(top)  # a zero or non-finite vector has no direction to keep
+    compact = np.rint(v * (127.0 / top)) if usable else np.zeros(v.shape)
     return {VECTOR_FIELD: v.tobytes(), COMPACT_VECTOR_FIELD: compact.astype(np.int8).tobytes()}
 
 
@@ -439,6 +440,16 @@ def as_text(raw: object) -> str:
     if raw is None:
         return ""
     return raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+
+
+async def _script_reply(conn: Any, script: Any, keys: list[str], args: list[str | int]) -> Any:
+    """The reply to an EVALSHA of ``script`` just sent on ``conn``; if Redis no longer holds the
+    script (a restart, SCRIPT FLUSH), its source is sent instead."""
+    try:
+        return await conn.read_response()
+    except NoScriptError:
+        await conn.send_command("EVAL", script.script, len(keys), *keys, *args)
+        return await conn.read_response()
 
 
 @dataclass(frozen=True, slots=True)
@@ -722,7 +733,8 @@ class GraphStore:
     async def _call_during(
         self, script: Any, keys: list[str], args: list[str | int], work: Callable[[], T]
     ) -> tuple[Any, T]:
-        """Send one script call, run ``work`` while Redis executes it, then read its reply.
+        """Send one call of a read-only script, run ``work`` while Redis executes it, then read
+        its reply.
 
         On a connection taken from the client's pool for the call: the request is written before
         ``work`` starts. (A task that awaits the client's own call, started beside ``work``,
@@ -730,14 +742,21 @@ class GraphStore:
         """
         pool = self.redis.connection_pool
         conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        ran = False
         try:
-            await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
-            done = work()
             try:
-                reply = await conn.read_response()
-            except NoScriptError:  # Redis restarted or its scripts were flushed: send the source
-                await conn.send_command("EVAL", script.script, len(keys), *keys, *args)
-                reply = await conn.read_response()
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                done, ran = work(), True
+                reply = await _script_reply(conn, script, keys, args)
+            except (RedisConnectionError, RedisTimeoutError):
+                # A pooled connection Redis has dropped (a restart, an idle timeout) fails here,
+                # at the first write or read. The script only reads: reconnect and run it again
+                # once, as the client's own calls do.
+                await conn.disconnect()
+                if not ran:
+                    done, ran = work(), True
+                await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
+                reply = await _script_reply(conn, script, keys, args)
             return reply, done
         except BaseException:
             # A reply may still be on its way (work failed, the task was cancelled): this
