@@ -41,7 +41,7 @@ def build_app(
         batch_size=16,
         window_s=0.2,
     )
-    add_ops_pages(app, registry, ready)
+    add_ops_pages(app, registry, ready, settings)
 
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:

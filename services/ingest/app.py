@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from functools import partial
 from typing import Any
 
@@ -14,8 +13,8 @@ from gaama.episodes import episode_node
 from gaama.errors import GaamaError, ValidationError
 from gaama.events import TOPIC_TURNS, conversation_key, encode
 from gaama.metrics import StageMetrics
-from services.ingest.handlers import IngestDeps, handle, parse_turns_request
-from services.runtime.auth import AuthError, tenant_for
+from services.ingest.handlers import IngestDeps, handle, parse_json, parse_turns_request
+from services.runtime.auth import Authenticator, AuthError
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 
 
@@ -36,20 +35,22 @@ def build_app(
         batch_size=s.ingest_batch,
         window_s=s.ingest_batch_window_s,
     )
-    add_ops_pages(app, registry, ready)
+    add_ops_pages(app, registry, ready, s)
     turns_topic = publisher.topic(TOPIC_TURNS)
+    auth = Authenticator(s)
 
     @app.page("/v1/turns")
     class Turns(View):
         async def post(self, request: Request) -> Response:
             try:
-                tenant = tenant_for(request.headers, s)
+                address = str(getattr(request, "remote", "") or "")  # aiohttp underneath
+                tenant = auth.tenant(request.headers, address)
             except AuthError as exc:
-                return self.json({"error": exc.message}, status=exc.status)
+                return self.json({"error": exc.message}, status=exc.status, headers=exc.headers())
             try:
-                body: Any = json.loads(await request.read())
-            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                return self.json({"error": f"body is not valid JSON: {exc}"}, status=400)
+                body: Any = parse_json(await request.read())
+            except ValidationError as exc:
+                return self.json({"error": str(exc)}, status=400)
             try:
                 turns = parse_turns_request(body, tenant, s)
             except ValidationError as exc:

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import from_json
 
 from gaama import ids
 from gaama.config import Settings
@@ -21,6 +22,8 @@ from gaama.embed import Embedder
 from gaama.episodes import episode_node, episode_stored
 from gaama.errors import ValidationError
 from gaama.events import (
+    CAPTION_MAX,
+    SPEAKER_MAX,
     TOPIC_EPISODES,
     TurnReceived,
     conversation_key,
@@ -108,16 +111,17 @@ MAX_TURNS_PER_REQUEST = 1000
 
 
 class TurnIn(BaseModel):
-    """One turn in an HTTP request. The tenant comes from the API key, never from here."""
+    """One turn in an HTTP request. The tenant comes from the API key, never from here.
+    Types are strict: ``"yes"`` is not a bool and ``true`` is not a timestamp."""
 
-    model_config = ConfigDict(extra="forbid")
-    conversation: str = Field(min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")
-    turn_id: str | None = Field(None, min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")
-    speaker: str = Field(min_length=1, max_length=200)
-    text: str
-    timestamp: str | float
-    subject: str = Field("", max_length=200)
-    image_caption: str = Field("", max_length=2000)
+    model_config = ConfigDict(extra="forbid", strict=True)
+    conversation: ids.ConversationId
+    turn_id: ids.TurnId | None = None
+    speaker: ids.Text = Field(min_length=1, max_length=SPEAKER_MAX)
+    text: ids.Text
+    timestamp: str | int | float
+    subject: ids.SubjectId = ""
+    image_caption: ids.Text = Field("", max_length=CAPTION_MAX)
     end_of_session: bool = False
 
     @field_validator("text")
@@ -135,8 +139,19 @@ class TurnIn(BaseModel):
 
 
 class TurnsIn(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
+
+
+def parse_json(raw: bytes) -> Any:
+    """A request body as JSON; ValidationError for anything else (including nesting past the
+    parser's limit and lone surrogates, which ``json.loads`` would crash on or let through)."""
+    try:
+        return from_json(raw)
+    except ValueError as exc:
+        raise ValidationError(
+            f"body is not valid JSON: {ids.preview(str(exc), 200)[1:-1]}"
+        ) from None
 
 
 def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[TurnReceived]:

@@ -40,7 +40,7 @@ from services.query.handlers import (
     handle_search,
     readiness,
 )
-from services.runtime.auth import AuthError, tenant_for
+from services.runtime.auth import Authenticator, AuthError, metrics_allowed
 
 log = logging.getLogger("gaama.query")
 
@@ -61,13 +61,13 @@ def _status(exc: GaamaError) -> int:
 
 
 async def current_tenant(request: Request) -> str:
-    """The tenant of the request's API key (never of its body): 401 or 403 otherwise."""
-    deps: QueryDeps = request.app.state.deps
+    """The tenant of the request's API key (never of its body): 401, 403 or 429 otherwise."""
+    auth: Authenticator = request.app.state.auth
+    address = request.client.host if request.client else ""
     try:
-        return tenant_for(request.headers, deps.settings)
+        return auth.tenant(request.headers, address)
     except AuthError as exc:
-        headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        raise HTTPException(exc.status, exc.message, headers=headers) from None
+        raise HTTPException(exc.status, exc.message, headers=exc.headers() or None) from None
 
 
 # Module level: FastAPI resolves the (postponed) annotations in this module's namespace.
@@ -84,13 +84,18 @@ def create_app(
         registry: The registry ``deps.metrics`` lives on; ``/metrics`` exposes it.
         lifespan: Start-up/shutdown hook (``main.py`` opens and closes clients with it).
     """
+    docs = deps.settings.http_docs
     app = FastAPI(
         title="GAAMA query",
         version="0.1.0",
         description="Graph-augmented long-term memory: search, answer, inspect nodes.",
         lifespan=lifespan,
+        openapi_url="/openapi.json" if docs else None,
+        docs_url="/docs" if docs else None,
+        redoc_url="/redoc" if docs else None,
     )
     app.state.deps = deps
+    app.state.auth = Authenticator(deps.settings)
     metrics = deps.metrics
     gauge = graph_size_gauge("query", registry)
     for endpoint in ENDPOINTS:
@@ -109,7 +114,9 @@ def create_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        metrics.errors.labels("unauthorized" if exc.status_code in (401, 403) else "http").inc()
+        metrics.errors.labels(
+            "unauthorized" if exc.status_code in (401, 403, 429) else "http"
+        ).inc()
         return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
@@ -150,7 +157,13 @@ def create_app(
         return await handle_node(node_id, tenant, deps)
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus() -> Response:
+    async def prometheus(request: Request) -> Response:
+        if not metrics_allowed(request.headers, deps.settings):
+            return JSONResponse(
+                {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
         try:
             for kind, n in (await deps.index.count()).items():
                 if kind != "entity":

@@ -13,13 +13,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from redis.exceptions import RedisError
 
+from gaama import ids
 from gaama.config import Settings
 from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
+from gaama.retrieval.limits import check_request
 from gaama.retrieval.pack import Item
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
 from gaama.store.graph import GraphStore
@@ -46,30 +48,40 @@ class Answerer(Protocol):
 
 
 class Scope(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
-    subject: str | None = Field(None, min_length=1, max_length=200)
-    conversation: str | None = Field(None, min_length=1, max_length=200)
+    subject: ids.SubjectId | None = None
+    conversation: ids.ConversationId | None = None
+
+    @field_validator("subject")
+    @classmethod
+    def _subject(cls, v: str | None) -> str | None:
+        if v == "":
+            raise ValueError("must not be empty (leave it out to search every subject)")
+        return v
 
 
 class _Retrieval(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     scope: Scope | None = None
     mode: Literal["gaama", "semantic", "ppr"] = "gaama"
     budget: int | None = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="Word budget")
     params: dict[str, float] | None = Field(
-        None, description="Overrides of retrieval settings (alpha, w_ppr, w_sim, seeds, ...)"
+        None,
+        max_length=32,
+        description="Overrides of retrieval settings (alpha, w_ppr, w_sim, seeds, ...), "
+        "within the operator's limits (GAAMA_LIMITS__*)",
     )
 
 
 class SearchRequest(_Retrieval):
-    query: str = Field(min_length=1)
+    query: ids.Text = Field(min_length=1)
     k: int = Field(20, ge=1, le=K_MAX, description="Length of the ranked list")
 
 
 class AnswerRequest(_Retrieval):
-    question: str = Field(min_length=1)
+    question: ids.Text = Field(min_length=1)
 
 
 # --- response models --------------------------------------------------------------------------
@@ -196,9 +208,11 @@ def _stats(r: SearchResult) -> Stats:
 async def _retrieve(
     req: _Retrieval, query: str, k: int, tenant: str, deps: QueryDeps
 ) -> SearchResult:
-    limit = deps.settings.query_max_chars
+    s = deps.settings
+    limit = s.query_max_chars
     if len(query) > limit:
         raise ValidationError(f"the query has {len(query)} characters; at most {limit} allowed")
+    check_request(s.limits, s.retrieval, k=k, budget=req.budget, params=req.params)
     scope = req.scope
     return await deps.retriever.search(
         tenant,
@@ -251,7 +265,7 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
     nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
     node = nodes.get(node_id)
     if node is None:
-        raise NotFound(f"node {node_id!r} not found")
+        raise NotFound(f"node {ids.preview(node_id)} not found")
     adjacency = (await deps.graph.neighbours(tenant, [node_id])).get(node_id, [])
     adjacency.sort(key=lambda n: (n.kind.value, n.node))
     neighbours = [

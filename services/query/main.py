@@ -81,6 +81,23 @@ def build(settings: Settings) -> FastAPI:
     return create_app(deps, registry, lifespan=lifespan)
 
 
+#: Largest request head (line + headers) buffered before a request is refused. Big enough that an
+#: oversized API key reaches the app and gets a clear 401 instead of a parser error; small enough
+#: to bound what one connection can make the server hold.
+MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
+
+
+def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
+    """The uvicorn configuration the service runs with (tests start the same)."""
+    return uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="info",
+        h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
+    )
+
+
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     try:
@@ -89,7 +106,7 @@ def main() -> int:
     except GaamaError as exc:  # bad config, Redis down, index of another dimension
         print(f"query: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    uvicorn.run(app, host=settings.http_host, port=settings.query_port, log_level="info")
+    uvicorn.Server(server_config(app, settings.http_host, settings.query_port)).run()
     return 0
 
 

@@ -35,5 +35,5 @@ def build_app(
         batch_size=16,
         window_s=0.2,
     )
-    add_ops_pages(app, registry, ready)
+    add_ops_pages(app, registry, ready, settings)
     return app

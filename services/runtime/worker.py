@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from gaama.config import Settings
 from gaama.events import DeadLetter, dlq, encode, topic_name
 from gaama.metrics import StageMetrics
+from services.runtime.auth import metrics_allowed
 from services.runtime.policy import Handler, process_batch
 from services.runtime.records import BatchResult, Record
 
@@ -159,12 +160,21 @@ def consume(
     app.agent(source, name=f"{service}.agent")(agent)
 
 
-def add_ops_pages(app: faust.App, registry: CollectorRegistry, ready: ReadyCheck) -> None:
-    """``/metrics``, ``/healthz`` (the process serves) and ``/readyz`` (dependencies answer)."""
+def add_ops_pages(
+    app: faust.App, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
+) -> None:
+    """``/metrics`` (behind ``GAAMA_METRICS_TOKEN`` when set), ``/healthz`` (the process serves)
+    and ``/readyz`` (dependencies answer)."""
 
     @app.page("/metrics")
     class Metrics(View):
         async def get(self, request: Request) -> Response:
+            if not metrics_allowed(request.headers, settings):
+                return self.json(
+                    {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
+                    status=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
             # aiohttp refuses a charset inside content_type; Prometheus reads text/plain fine.
             return self.bytes(generate_latest(registry), content_type="text/plain")
 

@@ -1,4 +1,5 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama demo``, ``gaama bench ...``."""
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``,
+``gaama bench ...``."""
 
 from __future__ import annotations
 
@@ -41,6 +42,38 @@ def _dev(args: argparse.Namespace) -> int:
     return 0 if all(health.values()) else 1
 
 
+def _migrate(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from gaama.config import load_settings
+    from gaama.store import connect
+    from gaama.store.keys import Keys
+    from gaama.store.migrate import migrate_index
+    from gaama.store.vectors import VectorIndex
+
+    settings = load_settings()
+
+    async def run() -> None:
+        redis = connect(settings.redis_url)
+        try:
+            index = VectorIndex(
+                redis, settings.index_name, settings.embed_dim, Keys(settings.key_prefix)
+            )
+            report = await migrate_index(
+                redis, index, progress=lambda line: print(f"# {line}", file=sys.stderr)
+            )
+        finally:
+            await redis.aclose()
+        print(
+            f"index {settings.index_name!r}: old definition dropped: "
+            f"{'yes' if report.dropped_old_index else 'no'}; nodes checked "
+            f"{report.nodes_seen}, updated {report.nodes_updated}; {report.indexed} indexed"
+        )
+
+    asyncio.run(run())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gaama import devstack
 
@@ -54,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--kafka-port", type=int, default=devstack.DEFAULT_KAFKA_PORT)
     dev.add_argument("--partitions", type=int, default=4)
     dev.set_defaults(func=_dev)
+
+    migrate = sub.add_parser(
+        "migrate", help="upgrade stored data to this version's layout (GAAMA_* settings)"
+    )
+    migrate.add_argument(
+        "what",
+        choices=["index"],
+        help="index: rebuild the vector index on exact-match tag digests (docs/operations.md)",
+    )
+    migrate.set_defaults(func=_migrate)
 
     for register in _plugins():
         register(sub)

@@ -7,24 +7,108 @@ core reads the environment at import time.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import json
+from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from gaama import ids
 from gaama.errors import ConfigError
+from gaama.ids import TenantId
 
 
 class ApiKey(BaseModel):
     """One API key: only its SHA-256 is stored; the tenant it maps to; whether it is disabled."""
 
+    model_config = ConfigDict(extra="forbid")
+
     key_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
-    tenant: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    tenant: TenantId
     disabled: bool = False
 
 
+#: Longest API key accepted; anything longer is refused before it is hashed.
+API_KEY_MAX = 512
+
+
 def hash_api_key(key: str) -> str:
-    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+    return hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def check_key_tenants(keys: list[ApiKey], where: str) -> list[ApiKey]:
+    """Refuse key sets whose tenants differ only by case: people read ``t1`` and ``T1`` as one.
+
+    Raises:
+        ValueError: naming the colliding tenants and ``where`` they were configured.
+    """
+    clashes = ids.case_collisions([k.tenant for k in keys])
+    if clashes:
+        pairs = ", ".join(f"{a!r}/{b!r}" for a, b in clashes)
+        raise ValueError(
+            f"{where} maps keys to tenants that differ only by case ({pairs}); tenants are "
+            f"matched exactly, so rename one of each pair"
+        )
+    return keys
+
+
+def load_key_file(path: str | Path) -> list[ApiKey]:
+    """API keys from a JSON file (a list like ``GAAMA_API_KEYS``).
+
+    Raises:
+        ConfigError: the file is missing, not JSON, or a key is invalid (the message says which).
+    """
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: {exc}") from None
+    if not isinstance(raw, list):
+        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: expected a JSON list of keys")
+    try:
+        keys = [ApiKey.model_validate(k) for k in raw]
+        return check_key_tenants(keys, f"GAAMA_API_KEYS_FILE {str(path)!r}")
+    except (ValidationError, ValueError) as exc:
+        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: {exc}") from None
+
+
+def match_key(keys: list[ApiKey], key: str) -> ApiKey | None:
+    """The entry whose digest is ``key``'s, compared in constant time against every entry."""
+    digest = hash_api_key(key)
+    found = None
+    for k in keys:
+        if hmac.compare_digest(k.key_sha256, digest) and found is None:
+            found = k
+    return found
+
+
+class RequestLimits(BaseModel):
+    """What one request may ask for (``GAAMA_LIMITS__*``): per-request ``params``, ``k`` and
+    ``budget`` above these answer 422 naming the bound. ``None`` means the retrieval setting's
+    own value, so by default a request may lower the cost of a search but never raise it."""
+
+    k: int = Field(20, ge=1, le=200)
+    budget_words: int | None = Field(None, ge=10, le=20000)
+    hops: int | None = Field(None, ge=0, le=4)
+    seeds: int | None = Field(None, ge=1, le=500)
+    pool_min: int | None = Field(None, ge=1, le=2000)
+    max_expanded: int | None = Field(None, ge=10, le=100000)
+    expanded_candidates: int | None = Field(None, ge=0, le=100000)
+    expanded_read: int | None = Field(None, ge=0, le=100000)
+    max_iter: int | None = Field(None, ge=1, le=1000)
+    ppr_inline_max: int | None = Field(None, ge=0, le=20000)
+    cap_facts: int | None = Field(None, ge=0, le=1000)
+    cap_reflections: int | None = Field(None, ge=0, le=1000)
+    cap_episodes: int | None = Field(None, ge=0, le=1000)
 
 
 class RetrievalSettings(BaseModel):
@@ -114,6 +198,16 @@ class Settings(BaseSettings):
 
     # --- HTTP / auth -------------------------------------------------------------------------
     api_keys: list[ApiKey] = Field(default_factory=list)
+    # Keys also read from this JSON file and re-read when it changes: rotation without restart.
+    api_keys_file: str | None = None
+    api_keys_reload_s: float = Field(5.0, ge=0.1, le=3600)
+    # Failed authentications allowed per client address and window before 429.
+    auth_fail_limit: int = Field(20, ge=1, le=100000)
+    auth_fail_window_s: float = Field(60.0, ge=1, le=86400)
+    # When set, /metrics answers only to "Authorization: Bearer <token>".
+    metrics_token: SecretStr | None = None
+    # OpenAPI document and its /docs and /redoc pages.
+    http_docs: bool = True
     http_host: str = "127.0.0.1"
     ingest_port: int = Field(8081, ge=1, le=65535)
     extract_port: int = Field(8082, ge=1, le=65535)
@@ -122,6 +216,12 @@ class Settings(BaseSettings):
     query_max_chars: int = Field(2000, ge=1, le=100000)
 
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
+    limits: RequestLimits = Field(default_factory=RequestLimits)
+
+    @field_validator("api_keys")
+    @classmethod
+    def _key_tenants(cls, v: list[ApiKey]) -> list[ApiKey]:
+        return check_key_tenants(v, "GAAMA_API_KEYS")
 
     @field_validator("redis_url")
     @classmethod
@@ -162,11 +262,9 @@ class Settings(BaseSettings):
         return ",".join(h.strip().removeprefix("kafka://") for h in self.kafka_bootstrap.split(","))
 
     def tenant_for_key(self, key: str) -> ApiKey | None:
-        digest = hash_api_key(key)
-        for k in self.api_keys:
-            if k.key_sha256 == digest:
-                return k
-        return None
+        """The configured entry for ``key`` (``GAAMA_API_KEYS`` only; services use a
+        :class:`services.runtime.auth.KeyRing`, which adds the reloadable key file)."""
+        return match_key(self.api_keys, key)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -9,15 +9,23 @@ and its order is kept. Every topic has a ``.dlq`` twin carrying :class:`DeadLett
 from __future__ import annotations
 
 import base64
-import json
 import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 
+from gaama import ids
 from gaama.errors import ValidationError
+from gaama.ids import ConversationId, SubjectId, TenantId, TurnId
 
 TOPIC_TURNS = "gaama.turns.v1"
 TOPIC_EPISODES = "gaama.episodes.v1"
@@ -34,19 +42,23 @@ def topic_name(base: str, prefix: str = "") -> str:
     return f"{prefix}{base}"
 
 
-Tenant = Annotated[
-    str, StringConstraints(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-]
-Ident = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"^[^\s/][^/]*$")]
+#: Speaker names and image captions: bounded like every caller's text (docs/operations.md).
+SPEAKER_MAX = 200
+CAPTION_MAX = 2000
 
 
 class Event(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    """Base of every record: unknown fields are refused, and types are strict (``"yes"`` is not
+    a bool, ``true`` is not a number)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     schema_version: Literal[1] = 1
 
 
 def parse_time(value: str | float | int | datetime) -> datetime:
     """An aware UTC datetime from ISO 8601 or epoch seconds; naive input is taken as UTC."""
+    if isinstance(value, bool):
+        raise ValueError("a timestamp must be ISO 8601 text or epoch seconds, not a boolean")
     if isinstance(value, datetime):
         dt = value
     elif isinstance(value, int | float):
@@ -57,23 +69,34 @@ def parse_time(value: str | float | int | datetime) -> datetime:
         try:
             dt = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
         except ValueError:
-            raise ValueError(f"not an ISO 8601 timestamp: {value!r}") from None
+            raise ValueError(f"not an ISO 8601 timestamp: {ids.preview(value)}") from None
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return dt.astimezone(UTC)
+    try:
+        return dt.astimezone(UTC)
+    except OverflowError:  # e.g. year 1 with a positive offset
+        raise ValueError(f"timestamp out of range: {ids.preview(value)}") from None
 
 
 class TurnReceived(Event):
     """A conversation turn as a producer sends it (topic ``gaama.turns.v1``)."""
 
-    tenant: Tenant
-    conversation: Ident
-    turn_id: Ident
-    speaker: Annotated[str, StringConstraints(min_length=1, max_length=200, strip_whitespace=True)]
-    text: Annotated[str, StringConstraints(min_length=1, strip_whitespace=True)]
-    timestamp: datetime
-    subject: str = ""
-    image_caption: str = ""
+    tenant: TenantId
+    conversation: ConversationId
+    turn_id: TurnId
+    speaker: Annotated[
+        str,
+        StringConstraints(min_length=1, max_length=SPEAKER_MAX, strip_whitespace=True),
+        AfterValidator(ids.check_text),
+    ]
+    text: Annotated[
+        str, StringConstraints(min_length=1, strip_whitespace=True), AfterValidator(ids.check_text)
+    ]
+    timestamp: Annotated[datetime, Field(strict=False)]
+    subject: SubjectId = ""
+    image_caption: Annotated[
+        str, StringConstraints(max_length=CAPTION_MAX), AfterValidator(ids.check_text)
+    ] = ""
     end_of_session: bool = False
 
     @field_validator("timestamp", mode="before")
@@ -99,23 +122,23 @@ class TurnReceived(Event):
 class EpisodeStored(Event):
     """An episode is in Redis (topic ``gaama.episodes.v1``)."""
 
-    tenant: Tenant
-    conversation: Ident
+    tenant: TenantId
+    conversation: ConversationId
     episode_id: str
-    turn_id: Ident
+    turn_id: TurnId
     speaker: str
     text: str  # the episode text as stored
     raw_text: str  # what the speaker said, without the time prefix
-    timestamp: datetime
-    subject: str = ""
+    timestamp: Annotated[datetime, Field(strict=False)]
+    subject: SubjectId = ""
     end_of_session: bool = False
 
 
 class FactsExtracted(Event):
     """A chunk was extracted (topic ``gaama.facts.v1``); the reflect service consumes it."""
 
-    tenant: Tenant
-    conversation: Ident
+    tenant: TenantId
+    conversation: ConversationId
     chunk_id: str
     fact_ids: list[str]
     new_fact_ids: list[str] = Field(default_factory=list)
@@ -134,7 +157,9 @@ class DeadLetter(Event):
     reason: str
     error: str
     service: str
-    failed_at: datetime = Field(default_factory=lambda: datetime.now(UTC))
+    failed_at: Annotated[datetime, Field(strict=False)] = Field(
+        default_factory=lambda: datetime.now(UTC)
+    )
 
     @classmethod
     def of(
@@ -174,22 +199,27 @@ def encode(event: Event) -> bytes:
 
 
 def decode(cls: type[E], raw: bytes | str) -> E:
-    """Parse ``raw`` as ``cls``; raise :class:`ValidationError` saying what is wrong."""
+    """Parse ``raw`` as ``cls``; raise :class:`ValidationError` saying what is wrong.
+
+    The JSON parser is pydantic's: it refuses lone surrogates and nesting deeper than a fixed
+    limit with an error instead of a crash (``json.loads`` recurses until Python gives up).
+    """
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValidationError(f"{cls.__name__}: not valid JSON ({exc})") from None
-    try:
-        return cls.model_validate(data)
+        return cls.model_validate_json(raw)
     except PydanticValidationError as exc:
         raise ValidationError(f"{cls.__name__}: {describe(exc)}") from None
 
 
 def describe(exc: PydanticValidationError) -> str:
-    """One line per problem: ``field: message``."""
-    return "; ".join(
-        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
-    )
+    """One line per problem: ``field: message``. The caller's input is never echoed whole."""
+    parts = []
+    for e in exc.errors(include_url=False, include_input=False):
+        where = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = e["msg"]
+        if e["type"] == "json_invalid":
+            msg = f"not valid JSON ({e.get('ctx', {}).get('error', msg)})"
+        parts.append(f"{where}: {ids.preview(msg, 300)[1:-1]}")
+    return "; ".join(parts)
 
 
 def conversation_key(tenant: str, conversation: str) -> bytes:

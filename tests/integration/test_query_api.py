@@ -13,7 +13,7 @@ import redis.asyncio as aioredis
 from prometheus_client import CollectorRegistry
 
 from gaama.client import AsyncGaamaClient, GaamaAPIError, GaamaClient
-from gaama.config import ApiKey, Settings, hash_api_key
+from gaama.config import ApiKey, RequestLimits, Settings, hash_api_key
 from gaama.embed import MiniLMEmbedder
 from gaama.metrics import query_metrics
 from gaama.retrieval.search import Retriever
@@ -48,6 +48,8 @@ def with_keys(settings: Settings, **update: object) -> Settings:
         ApiKey(key_sha256=hash_api_key(KEY_B), tenant="tenant-b"),
         ApiKey(key_sha256=hash_api_key(KEY_OFF), tenant="tenant-a", disabled=True),
     ]
+    # These tests read long rankings; the default limit on k is the default k (20).
+    update.setdefault("limits", RequestLimits(k=200))
     return settings.model_copy(update={"api_keys": keys, **update})
 
 

@@ -35,7 +35,14 @@ from gaama.bench.query import machine_info, servers, write_section
 from gaama.bench.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
 from gaama.errors import ConfigError
-from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode, topic_name
+from gaama.events import (
+    TOPIC_TURNS,
+    TurnReceived,
+    conversation_key,
+    encode,
+    parse_time,
+    topic_name,
+)
 from gaama.launch import ServiceProcess
 from gaama.store import connect
 from gaama.store.graph import GraphStore
@@ -87,7 +94,7 @@ def _turns(convs: list[Conv], n: int, base: float) -> list[TurnReceived]:
                 turn_id=f"D1:{k + 1}",
                 speaker=speakers(c.number)[k % 2],
                 text=text,
-                timestamp=base + 60.0 * k,
+                timestamp=parse_time(base + 60.0 * k),
             )
         )
     return out

@@ -25,6 +25,7 @@ from redis.exceptions import (
 )
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from gaama import ids
 from gaama.errors import StoreUnavailable, ValidationError
 from gaama.ids import kind_of, kind_prefix
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
@@ -39,6 +40,9 @@ VECTOR_FIELD = "embedding"
 COMPACT_VECTOR_FIELD = "embedding_i8"
 #: Stored weight of a NEXT edge (its type weight, 0.8, is applied at retrieval).
 NEXT_STORED_WEIGHT = "1"
+#: Index TAG fields: the exact-match digest (:func:`gaama.ids.tag`) of each scope a search
+#: filters on. The readable values stay in their own fields; only the digests are indexed.
+TAG_FIELDS = {"tenant": "tenant_tag", "conversation": "conversation_tag", "subject": "subject_tag"}
 _TEXT_FIELDS = (
     "kind",
     "tenant",
@@ -378,12 +382,20 @@ def node_mapping(node: Node) -> dict[str, Any]:
         "speaker": node.speaker,
         "time": repr(float(node.time)),
         "belief": repr(node.belief),
+        TAG_FIELDS["tenant"]: ids.tag(node.tenant),
+        TAG_FIELDS["conversation"]: ids.tag(node.conversation),
+        TAG_FIELDS["subject"]: ids.tag(node.subject),
     }
     for k, v in node.extra.items():
         m[k] = v
     if node.vector is not None:
         m.update(vector_fields(node.vector))
     return m
+
+
+_NOT_EXTRA = frozenset(
+    {*_TEXT_FIELDS, *TAG_FIELDS.values(), "time", "belief", VECTOR_FIELD, COMPACT_VECTOR_FIELD}
+)
 
 
 def _node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
@@ -393,7 +405,7 @@ def _node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node
     extra = {
         k.decode(): v.decode("utf-8", "replace")
         for k, v in h.items()
-        if k.decode() not in {*_TEXT_FIELDS, "time", "belief", VECTOR_FIELD, COMPACT_VECTOR_FIELD}
+        if k.decode() not in _NOT_EXTRA
     }
     if sources := get("sources"):
         extra["sources"] = sources

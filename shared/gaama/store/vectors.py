@@ -3,6 +3,11 @@
 The index covers the node hashes the GraphStore writes (the vector is a field of the node), so a
 node and its vector are stored by the same atomic write. Every query takes the tenant as a
 required argument and the TAG filter on it is built here: callers cannot forget it.
+
+Scopes are filtered on digests (``tenant_tag``, ``conversation_tag``, ``subject_tag``; see
+:func:`gaama.ids.tag`), never on the caller's strings: a TAG field folds case and splits on
+its separator, so ``T1`` matched ``t1`` and ``a`` matched ``a,b`` in the first layout. Indexes
+of that layout are refused at start-up until ``gaama migrate index`` has rebuilt them.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ from redisvl.index import AsyncSearchIndex
 from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
-from gaama.errors import DimensionMismatch, StoreUnavailable
+from gaama import ids
+from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.graph import VECTOR_FIELD, as_text, store_errors
+from gaama.store.graph import TAG_FIELDS, VECTOR_FIELD, as_text, store_errors
 from gaama.store.keys import Keys
 
 
@@ -47,10 +53,11 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                 "key_separator": ":",
             },
             "fields": [
-                {"name": "tenant", "type": "tag"},
-                {"name": "kind", "type": "tag"},
-                {"name": "conversation", "type": "tag"},
-                {"name": "subject", "type": "tag"},
+                *(
+                    {"name": f, "type": "tag", "attrs": {"case_sensitive": True}}
+                    for f in TAG_FIELDS.values()
+                ),
+                {"name": "kind", "type": "tag", "attrs": {"case_sensitive": True}},
                 {"name": "time", "type": "numeric"},
                 {
                     "name": VECTOR_FIELD,
@@ -88,7 +95,12 @@ class VectorIndex:
         )
 
     async def ensure(self) -> None:
-        """Create the index when missing; check an existing index has our dimension."""
+        """Create the index when missing; check an existing index has our dimension and layout.
+
+        Raises:
+            ConfigError: the index predates exact tag matching (run ``gaama migrate index``).
+            DimensionMismatch: the index holds vectors of another dimension.
+        """
         try:
             if not await self._index.exists():
                 await self._index.create(overwrite=False)
@@ -96,6 +108,12 @@ class VectorIndex:
             info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        if not has_exact_tags(info):
+            raise ConfigError(
+                f"index {self.name!r} uses the old tag layout, which matches tenants, "
+                f"conversations and subjects case-insensitively; stop the writers and run "
+                f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
+            )
         found = _dim_from_info(info)
         if found is not None and found != self.dim:
             raise DimensionMismatch(
@@ -122,13 +140,13 @@ class VectorIndex:
     ) -> list[Hit]:
         """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first, each with the
         stored ``fields`` asked for (read by the Query Engine in the same call)."""
-        flt: FilterExpression = Tag("tenant") == tenant
+        flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
         if kinds:
             flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
         if conversation:
-            flt = flt & (Tag("conversation") == conversation)
+            flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
         if subject:
-            flt = flt & (Tag("subject") == subject)
+            flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
         ef = max(self.ef_runtime, k)
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
         return await self._search(f"({flt}){knn}", vector, k, fields)
@@ -172,12 +190,13 @@ class VectorIndex:
         for kind in NodeKind:
             q = f"@kind:{{{kind.value}}}"
             if tenant:
-                q += f" @tenant:{{{_escape(tenant)}}}"
+                q += f" @{TAG_FIELDS['tenant']}:{{{ids.tag(tenant)}}}"
             try:
-                res = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                    "FT.SEARCH", self.name, q, "LIMIT", 0, 0
-                )
-            except ResponseError:
+                with store_errors():
+                    res = await self.redis.execute_command(  # type: ignore[no-untyped-call]
+                        "FT.SEARCH", self.name, q, "LIMIT", 0, 0
+                    )
+            except ResponseError:  # no index yet: nothing indexed
                 res = [0]
             total = res.get(b"total_results", 0) if isinstance(res, dict) else res[0]
             out[kind.value] = int(total)
@@ -187,8 +206,23 @@ class VectorIndex:
         await self._index.delete(drop=False)
 
 
-def _escape(value: str) -> str:
-    return "".join("\\" + c if not c.isalnum() and c != "_" else c for c in value)
+def has_exact_tags(info: Any) -> bool:
+    """Whether an FT.INFO reply shows the digest tag fields of the current layout."""
+    wanted = {f.encode() for f in TAG_FIELDS.values()} | set(TAG_FIELDS.values())
+    found: set[Any] = set()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if isinstance(x, list | tuple):
+            for item in x:
+                if isinstance(item, bytes | str) and item in wanted:
+                    found.add(item if isinstance(item, str) else item.decode())
+                else:
+                    walk(item)
+
+    walk(info)
+    return found >= set(TAG_FIELDS.values())
 
 
 def _dim_from_info(info: Any) -> int | None:
