@@ -1,4 +1,4 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama demo``, ``gaama bench ...``."""
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama demo``."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def _dev(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gaama import devstack
+    from gaama import demo, devstack
 
     p = argparse.ArgumentParser(prog="gaama", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -55,25 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--partitions", type=int, default=4)
     dev.set_defaults(func=_dev)
 
-    for register in _plugins():
-        register(sub)
+    demo.register(sub)
     return p
-
-
-def _plugins() -> list:  # type: ignore[type-arg]
-    """Sub-commands defined next to the code they run (demo, benchmarks)."""
-    out = []
-    import importlib
-
-    for mod in ("gaama.demo", "gaama.bench.locomo", "gaama.bench.query", "gaama.bench.ingest"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod:
-                continue
-            raise
-        out.append(m.register)
-    return out
 
 
 def stop_on_sigterm() -> None:

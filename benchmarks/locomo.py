@@ -1,4 +1,4 @@
-"""``gaama bench locomo``: evidence recall (and, with an LLM, judged answers) on LoCoMo.
+"""``python -m benchmarks locomo``: evidence recall (and, with an LLM, judged answers) on LoCoMo.
 
 Each conversation is ingested as its own tenant through the write path the services use —
 in-process by default (``episode_node`` + ``GraphStore.append_episode``, then the extraction and
@@ -8,9 +8,9 @@ every question of categories 1–4 is asked in each mode on the same graph and e
 - ``flat``: plain RAG, the top turns by cosine (``VectorIndex.knn`` over episodes only);
 - ``semantic``: the GAAMA retriever with ``w_ppr = 0``;
 - ``gaama``: the GAAMA retriever (hybrid PPR + similarity);
-- ``entity-ppr``: a HippoRAG-style passage–entity PPR baseline (:mod:`gaama.bench.entity_ppr`).
+- ``entity-ppr``: a HippoRAG-style passage–entity PPR baseline (:mod:`benchmarks.entity_ppr`).
 
-Metrics are defined in :mod:`gaama.bench.metrics`. Without ``GAAMA_REDIS_URL`` the harness starts
+Metrics are defined in :mod:`benchmarks.metrics`. Without ``GAAMA_REDIS_URL`` the harness starts
 its own embedded Redis + broker and stops it at the end; either way the run's keys, index and
 topics carry a prefix unique to the run.
 """
@@ -36,16 +36,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from gaama.bench import bench_subparsers
-from gaama.bench.entity_ppr import EntityGraph, Passage
-from gaama.bench.locomo_data import CATEGORIES, Conversation, Question, load_locomo
-from gaama.bench.locomo_kafka import (
+from benchmarks.entity_ppr import EntityGraph, Passage
+from benchmarks.locomo_data import CATEGORIES, Conversation, Question, load_locomo
+from benchmarks.locomo_kafka import (
     EXTRACTOR_UNKNOWN,
     ingest_via_kafka,
     start_services,
 )
-from gaama.bench.locomo_report import docs_section, markdown_table, write_docs
-from gaama.bench.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
+from benchmarks.locomo_report import docs_section, markdown_table, write_docs
+from benchmarks.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.episodes import episode_node, episode_stored
@@ -73,7 +72,7 @@ from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
-    from gaama.bench import SubParsers
+    from benchmarks import SubParsers
 
 MODES = ("flat", "semantic", "gaama", "entity-ppr")
 RANK_K = max(KS)
@@ -613,7 +612,7 @@ def _param(text: str) -> tuple[str, Any]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (rebuilt from the parsed arguments)."""
-    argv = ["gaama", "bench", "locomo", "--data", args.data]
+    argv = ["python", "-m", "benchmarks", "locomo", "--data", args.data]
     if args.conversations:
         argv += ["--conversations", args.conversations]
     if args.modes != ",".join(MODES):
@@ -650,14 +649,14 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         main(opts)
     except ConfigError as exc:
-        print(f"gaama bench locomo: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks locomo: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    """Add ``locomo`` under the shared ``bench`` command."""
-    p = bench_subparsers(sub).add_parser(
+    """Add the ``locomo`` benchmark to the ``python -m benchmarks`` command."""
+    p = sub.add_parser(
         "locomo",
         help="LoCoMo evidence recall of flat RAG, semantic, GAAMA and entity-PPR",
         description=__doc__,

@@ -1,4 +1,4 @@
-"""``gaama bench ingest``: end-to-end ingest throughput through the broker.
+"""``python -m benchmarks ingest``: end-to-end ingest throughput through the broker.
 
 Starts the embedded stack (unless ``--redis-url``/``--kafka-bootstrap`` or ``GAAMA_REDIS_URL`` and
 ``GAAMA_KAFKA_BOOTSTRAP`` name running servers) and the ingest service as a subprocess, produces
@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from tqdm import tqdm
 
-from gaama.bench import bench_subparsers
-from gaama.bench.query import machine_info, servers, write_section
-from gaama.bench.synthetic import speakers, turn_texts
+from benchmarks.query import machine_info, servers, write_section
+from benchmarks.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
 from gaama.errors import ConfigError
 from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode, topic_name
@@ -45,7 +44,7 @@ from gaama.store.vectors import VectorIndex
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from gaama.bench import SubParsers
+    from benchmarks import SubParsers
 
 DOCS_BEGIN, DOCS_END = "<!-- ingest:begin -->", "<!-- ingest:end -->"
 CEILING_TEXTS_PER_S = 120.0  # ARCHITECTURE.md §4, MiniLM batch encode (batch 64), 2 cores
@@ -330,7 +329,7 @@ def main(opts: Options) -> dict[str, Any]:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    argv = ["gaama", "bench", "ingest", "--turns", str(args.turns)]
+    argv = ["python", "-m", "benchmarks", "ingest", "--turns", str(args.turns)]
     if args.tenants != 4 or args.conversations != 5:
         argv += ["--tenants", str(args.tenants), "--conversations", str(args.conversations)]
     if args.write_docs:
@@ -341,7 +340,7 @@ def command_line(args: argparse.Namespace) -> str:
 def _cli(args: argparse.Namespace) -> int:
     if args.turns < 1 or args.tenants < 1 or args.conversations < 1:
         print(
-            "gaama bench ingest: --turns, --tenants and --conversations must be ≥ 1",
+            "python -m benchmarks ingest: --turns, --tenants and --conversations must be ≥ 1",
             file=sys.stderr,
         )
         return 2
@@ -359,14 +358,14 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         main(opts)
     except ConfigError as exc:
-        print(f"gaama bench ingest: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks ingest: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    """Add ``ingest`` under the shared ``bench`` command."""
-    p = bench_subparsers(sub).add_parser(
+    """Add the ``ingest`` benchmark to the ``python -m benchmarks`` command."""
+    p = sub.add_parser(
         "ingest",
         help="end-to-end ingest throughput through the broker",
         description=__doc__,
