@@ -66,6 +66,7 @@ from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Caps, Item, pack, render_memory
 from gaama.retrieval.search import Retriever
 from gaama.store import connect
+from gaama.store.bulk import BulkLoader
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore, as_text
 from gaama.store.keys import Keys
@@ -296,7 +297,7 @@ async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
     """Nodes by kind and edges by kind (each edge counted once, at its source)."""
     counts = dict.fromkeys(("episodes", "facts", "concepts", "reflections"), 0)
     edges = dict.fromkeys([k.value for k in EdgeKind if k is not EdgeKind.MENTIONS], 0)
-    keys = stores.graph.keys
+    bulk = BulkLoader(stores.graph)
     for tenant in tenants:
         by_kind = await stores.index.count(tenant)
         for kind, name in (
@@ -306,13 +307,9 @@ async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
             (NodeKind.REFLECTION, "reflections"),
         ):
             counts[name] += by_kind.get(kind.value, 0)
-        async for key in stores.graph.redis.scan_iter(
-            match=f"{keys.adj_prefix(tenant)}*", count=1000
-        ):
-            for value in (await stores.graph.redis.hgetall(key)).values():
-                edge_kind, direction, _ = as_text(value).split("|")
-                if direction == "o" and edge_kind in edges:
-                    edges[edge_kind] += 1
+        for edge_kind, n in (await bulk.edge_counts(tenant)).items():
+            if edge_kind in edges:
+                edges[edge_kind] += n
     return {**counts, "edges": edges}
 
 
@@ -541,15 +538,7 @@ async def _clean_up(stores: Stores, tenants: dict[str, str], own_namespace: bool
             await stores.graph.delete_tenant(tenant)
         return
     await stores.index.drop()
-    redis = stores.graph.redis
-    batch: list[bytes] = []
-    async for key in redis.scan_iter(match=f"{stores.settings.key_prefix}:*", count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            await redis.unlink(*batch)
-            batch = []
-    if batch:
-        await redis.unlink(*batch)
+    await BulkLoader(stores.graph).delete_namespace()
 
 
 def main(opts: Options) -> dict[str, Any]:
