@@ -13,10 +13,11 @@ export TOKENIZERS_PARALLELISM := false
 install: $(STAMP)
 
 # torch is pinned to the CPU build (2.13.0) in pyproject.toml; pip takes it from the local wheel.
+# The bench extra holds what only benchmarks/ needs (run from the checkout, not installed).
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[stack,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[stack,dev,bench]'
 	@touch $(STAMP)
 
 ## The whole pipeline on the embedded stack, a demo tenant, a sample conversation; Ctrl-C stops.
@@ -41,13 +42,13 @@ format: install
 	$(BIN)/ruff check --fix .
 
 bench-ingest: install
-	$(BIN)/gaama bench ingest --write-docs
+	$(BIN)/python -m benchmarks ingest --write-docs
 
 bench-query: install
-	$(BIN)/gaama bench query --write-docs
+	$(BIN)/python -m benchmarks query --write-docs
 
 bench-locomo: install
-	$(BIN)/gaama bench locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json --write-docs
+	$(BIN)/python -m benchmarks locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json --write-docs
 
 dev-up: install
 	@$(BIN)/gaama dev up

@@ -22,7 +22,7 @@ for i in "${!variants[@]}"; do
   args=()
   for p in ${variants[$i]}; do args+=(--param "$p"); done
   echo "# variant $((i + 1))/${#variants[@]}: ${variants[$i]}" >&2
-  "$BIN/gaama" bench locomo --data "$DATA" --modes gaama --no-progress "${args[@]}" "$@" \
+  "$BIN/python" -m benchmarks locomo --data "$DATA" --modes gaama --no-progress "${args[@]}" "$@" \
     --json "$out/$i.json" >/dev/null
   "$BIN/python" - "$out/$i.json" "${variants[$i]}" <<'PY'
 import json, sys

@@ -15,8 +15,9 @@ echo "|---|---|---|---|---|---|"
 for i in 1 2 3 4; do
   if [ "$i" = 1 ] || [ "$i" = 4 ]; then limit=0; where="a worker thread"; else limit=$default; where="the request's thread"; fi
   echo "# run $i/4: GAAMA_RETRIEVAL__PPR_INLINE_MAX=$limit" >&2
-  GAAMA_RETRIEVAL__PPR_INLINE_MAX=$limit "$BIN/gaama" bench query --sizes 10000 --concurrency 1 \
-    --modes gaama,semantic --requests 400 --no-progress --json "$out/$i.json" >/dev/null 2>&1
+  GAAMA_RETRIEVAL__PPR_INLINE_MAX=$limit "$BIN/python" -m benchmarks query --sizes 10000 \
+    --concurrency 1 --modes gaama,semantic --requests 400 --no-progress --json "$out/$i.json" \
+    >/dev/null 2>&1
   "$BIN/python" - "$out/$i.json" "$where" <<'PY'
 import json, sys
 runs = {r["mode"]: r for r in json.load(open(sys.argv[1]))["runs"]}

@@ -14,8 +14,8 @@ echo "|---|---|---|---|---|---|---|"
 for i in 1 2 3 4; do
   if [ "$i" = 1 ] || [ "$i" = 4 ]; then spin=300000; else spin=$("$BIN/python" -c 'from gaama.embed import GOMP_SPINCOUNT; print(GOMP_SPINCOUNT)'); fi
   echo "# run $i/4: GOMP_SPINCOUNT=$spin" >&2
-  GOMP_SPINCOUNT=$spin "$BIN/gaama" bench query --sizes 10000 --concurrency 1 --modes gaama,semantic \
-    --no-progress --json "$out/$i.json" >/dev/null 2>&1
+  GOMP_SPINCOUNT=$spin "$BIN/python" -m benchmarks query --sizes 10000 --concurrency 1 \
+    --modes gaama,semantic --no-progress --json "$out/$i.json" >/dev/null 2>&1
   idle=$(GOMP_SPINCOUNT=$spin "$BIN/python" - <<'PY'
 import os, time
 from gaama.embed import MiniLMEmbedder

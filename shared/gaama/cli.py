@@ -1,5 +1,4 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``,
-``gaama bench ...``."""
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``."""
 
 from __future__ import annotations
 
@@ -75,7 +74,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gaama import devstack
+    from gaama import demo, devstack
 
     p = argparse.ArgumentParser(prog="gaama", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -98,25 +97,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.set_defaults(func=_migrate)
 
-    for register in _plugins():
-        register(sub)
+    demo.register(sub)
     return p
-
-
-def _plugins() -> list:  # type: ignore[type-arg]
-    """Sub-commands defined next to the code they run (demo, benchmarks)."""
-    out = []
-    import importlib
-
-    for mod in ("gaama.demo", "gaama.bench.locomo", "gaama.bench.query", "gaama.bench.ingest"):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod:
-                continue
-            raise
-        out.append(m.register)
-    return out
 
 
 def stop_on_sigterm() -> None:

@@ -1,4 +1,5 @@
-"""``gaama bench query`` and ``gaama bench ingest`` at tiny sizes against the session stack.
+"""``python -m benchmarks query`` and ``python -m benchmarks ingest`` at tiny sizes against the
+session stack.
 
 They run as the real command (a subprocess, as ``make bench-*`` runs them) and start the real
 query/ingest service themselves; the assertions are on the JSON they write and the docs section.
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from gaama.bench.query import DOCS_BEGIN, DOCS_END, STAGES, write_section
-from gaama.bench.synthetic import SyntheticGraph, plan_counts
+from benchmarks.query import DOCS_BEGIN, DOCS_END, STAGES, write_section
+from benchmarks.synthetic import SyntheticGraph, plan_counts
 from gaama.model import NodeKind
 from tests.conftest import StackInfo
 
@@ -24,11 +25,11 @@ pytestmark = pytest.mark.requires_stack
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _gaama(*args: str, timeout: float = 240) -> None:
+def _bench(*args: str, timeout: float = 240) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
     env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     done = subprocess.run(
-        [sys.executable, "-m", "gaama.cli", *args],
+        [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -36,7 +37,7 @@ def _gaama(*args: str, timeout: float = 240) -> None:
         timeout=timeout,
         check=False,
     )
-    assert done.returncode == 0, f"gaama {' '.join(args)} failed:\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, f"benchmarks {' '.join(args)} failed:\n{done.stderr[-3000:]}"
 
 
 def _positive(d: dict[str, Any], *names: str) -> None:
@@ -60,8 +61,7 @@ def test_synthetic_graph_shape() -> None:
 def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
     out, docs = tmp_path / "query.json", tmp_path / "benchmarks.md"
     docs.write_text("# Benchmarks\n\n<!-- locomo:begin -->\nkeep me\n<!-- locomo:end -->\n")
-    _gaama(
-        "bench",
+    _bench(
         "query",
         "--sizes",
         "300",
@@ -100,8 +100,7 @@ def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
 
 def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
     out = tmp_path / "ingest.json"
-    _gaama(
-        "bench",
+    _bench(
         "ingest",
         "--turns",
         "50",

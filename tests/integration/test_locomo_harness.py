@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from tqdm import tqdm
 
-from gaama.bench import locomo, locomo_report
-from gaama.bench.locomo_data import load_locomo, parse_samples, parse_session_time
+from benchmarks import locomo, locomo_report
+from benchmarks.locomo_data import load_locomo, parse_samples, parse_session_time
 from gaama.config import Settings
 from gaama.extract.offline import OfflineExtractor
 from gaama.llm.client import LLMClient
@@ -184,7 +184,6 @@ def test_cli_end_to_end(
     out_json = tmp_path / "out.json"
     rc = _cli(
         [
-            "bench",
             "locomo",
             "--data",
             str(data_file),
@@ -233,7 +232,7 @@ def test_cli_end_to_end(
     text = docs.read_text()
     assert "<!-- query:begin -->\nother\n<!-- query:end -->" in text
     assert text.count(locomo_report.DOCS_BEGIN) == 1 and "| **flat** |" in text
-    assert "gaama bench locomo --data" in text
+    assert "python -m benchmarks locomo --data" in text
     # Someone else's Redis: the run leaves none of its keys behind.
     r = redis.Redis.from_url(stack.redis_url)
     assert not [k for k in r.scan_iter(match="locomo-*", count=1000)]
@@ -242,7 +241,6 @@ def test_cli_end_to_end(
     assert (
         _cli(
             [
-                "bench",
                 "locomo",
                 "--data",
                 str(data_file),
@@ -260,7 +258,7 @@ def test_cli_end_to_end(
 
 
 def _cli(argv: list[str]) -> int:
-    from gaama.cli import main
+    from benchmarks.cli import main
 
     return main(argv)
 

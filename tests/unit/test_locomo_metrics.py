@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gaama.bench.metrics import (
+from benchmarks.metrics import (
     KS,
     QuestionScore,
     Tally,

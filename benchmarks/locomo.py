@@ -1,4 +1,4 @@
-"""``gaama bench locomo``: evidence recall (and, with an LLM, judged answers) on LoCoMo.
+"""``python -m benchmarks locomo``: evidence recall (and, with an LLM, judged answers) on LoCoMo.
 
 Each conversation is ingested as its own tenant through the write path the services use —
 in-process by default (``episode_node`` + ``GraphStore.append_episode``, then the extraction and
@@ -8,9 +8,9 @@ every question of categories 1–4 is asked in each mode on the same graph and e
 - ``flat``: plain RAG, the top turns by cosine (``VectorIndex.knn`` over episodes only);
 - ``semantic``: the GAAMA retriever with ``w_ppr = 0``;
 - ``gaama``: the GAAMA retriever (hybrid PPR + similarity);
-- ``entity-ppr``: a HippoRAG-style passage–entity PPR baseline (:mod:`gaama.bench.entity_ppr`).
+- ``entity-ppr``: a HippoRAG-style passage–entity PPR baseline (:mod:`benchmarks.entity_ppr`).
 
-Metrics are defined in :mod:`gaama.bench.metrics`. Without ``GAAMA_REDIS_URL`` the harness starts
+Metrics are defined in :mod:`benchmarks.metrics`. Without ``GAAMA_REDIS_URL`` the harness starts
 its own embedded Redis + broker and stops it at the end; either way the run's keys, index and
 topics carry a prefix unique to the run.
 """
@@ -36,16 +36,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm import tqdm
 
-from gaama.bench import bench_subparsers
-from gaama.bench.entity_ppr import EntityGraph, Passage
-from gaama.bench.locomo_data import CATEGORIES, Conversation, Question, load_locomo
-from gaama.bench.locomo_kafka import (
+from benchmarks.entity_ppr import EntityGraph, Passage
+from benchmarks.locomo_data import CATEGORIES, Conversation, Question, load_locomo
+from benchmarks.locomo_kafka import (
     EXTRACTOR_UNKNOWN,
     ingest_via_kafka,
     start_services,
 )
-from gaama.bench.locomo_report import docs_section, markdown_table, write_docs
-from gaama.bench.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
+from benchmarks.locomo_report import docs_section, markdown_table, write_docs
+from benchmarks.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.episodes import episode_node, episode_stored
@@ -67,13 +66,14 @@ from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Caps, Item, pack, render_memory
 from gaama.retrieval.search import Retriever
 from gaama.store import connect
+from gaama.store.bulk import BulkLoader
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore, as_text
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
-    from gaama.bench import SubParsers
+    from benchmarks import SubParsers
 
 MODES = ("flat", "semantic", "gaama", "entity-ppr")
 RANK_K = max(KS)
@@ -297,7 +297,7 @@ async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
     """Nodes by kind and edges by kind (each edge counted once, at its source)."""
     counts = dict.fromkeys(("episodes", "facts", "concepts", "reflections"), 0)
     edges = dict.fromkeys([k.value for k in EdgeKind if k is not EdgeKind.MENTIONS], 0)
-    keys = stores.graph.keys
+    bulk = BulkLoader(stores.graph)
     for tenant in tenants:
         by_kind = await stores.index.count(tenant)
         for kind, name in (
@@ -307,13 +307,9 @@ async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
             (NodeKind.REFLECTION, "reflections"),
         ):
             counts[name] += by_kind.get(kind.value, 0)
-        async for key in stores.graph.redis.scan_iter(
-            match=f"{keys.adj_prefix(tenant)}*", count=1000
-        ):
-            for value in (await stores.graph.redis.hgetall(key)).values():
-                edge_kind, direction, _ = as_text(value).split("|")
-                if direction == "o" and edge_kind in edges:
-                    edges[edge_kind] += 1
+        for edge_kind, n in (await bulk.edge_counts(tenant)).items():
+            if edge_kind in edges:
+                edges[edge_kind] += n
     return {**counts, "edges": edges}
 
 
@@ -542,15 +538,7 @@ async def _clean_up(stores: Stores, tenants: dict[str, str], own_namespace: bool
             await stores.graph.delete_tenant(tenant)
         return
     await stores.index.drop()
-    redis = stores.graph.redis
-    batch: list[bytes] = []
-    async for key in redis.scan_iter(match=f"{stores.settings.key_prefix}:*", count=1000):
-        batch.append(key)
-        if len(batch) >= 1000:
-            await redis.unlink(*batch)
-            batch = []
-    if batch:
-        await redis.unlink(*batch)
+    await BulkLoader(stores.graph).delete_namespace()
 
 
 def main(opts: Options) -> dict[str, Any]:
@@ -613,7 +601,7 @@ def _param(text: str) -> tuple[str, Any]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (rebuilt from the parsed arguments)."""
-    argv = ["gaama", "bench", "locomo", "--data", args.data]
+    argv = ["python", "-m", "benchmarks", "locomo", "--data", args.data]
     if args.conversations:
         argv += ["--conversations", args.conversations]
     if args.modes != ",".join(MODES):
@@ -650,14 +638,14 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         main(opts)
     except ConfigError as exc:
-        print(f"gaama bench locomo: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks locomo: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    """Add ``locomo`` under the shared ``bench`` command."""
-    p = bench_subparsers(sub).add_parser(
+    """Add the ``locomo`` benchmark to the ``python -m benchmarks`` command."""
+    p = sub.add_parser(
         "locomo",
         help="LoCoMo evidence recall of flat RAG, semantic, GAAMA and entity-PPR",
         description=__doc__,

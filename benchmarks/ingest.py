@@ -1,4 +1,4 @@
-"""``gaama bench ingest``: end-to-end ingest throughput through the broker.
+"""``python -m benchmarks ingest``: end-to-end ingest throughput through the broker.
 
 Starts the embedded stack (unless ``--redis-url``/``--kafka-bootstrap`` or ``GAAMA_REDIS_URL`` and
 ``GAAMA_KAFKA_BOOTSTRAP`` name running servers) and the ingest service as a subprocess, produces
@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from tqdm import tqdm
 
-from gaama.bench import bench_subparsers
-from gaama.bench.query import machine_info, servers, write_section
-from gaama.bench.synthetic import speakers, turn_texts
+from benchmarks.query import machine_info, servers, write_section
+from benchmarks.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
 from gaama.errors import ConfigError
 from gaama.events import (
@@ -45,14 +44,13 @@ from gaama.events import (
 )
 from gaama.launch import ServiceProcess
 from gaama.store import connect
+from gaama.store.bulk import BulkLoader
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
-    import redis.asyncio as aioredis
-
-    from gaama.bench import SubParsers
+    from benchmarks import SubParsers
 
 DOCS_BEGIN, DOCS_END = "<!-- ingest:begin -->", "<!-- ingest:end -->"
 CEILING_TEXTS_PER_S = 120.0  # ARCHITECTURE.md §4, MiniLM batch encode (batch 64), 2 cores
@@ -123,22 +121,19 @@ async def produce(bootstrap: str, topic: str, turns: list[TurnReceived]) -> floa
     return time.perf_counter() - started
 
 
-async def stored(redis: aioredis.Redis, keys: Keys, convs: list[Conv]) -> int:
+async def stored(bulk: BulkLoader, convs: list[Conv]) -> int:
     """Episodes in Redis over ``convs`` (sum of NEXT-chain lengths, one round trip)."""
-    pipe = redis.pipeline(transaction=False)
-    for c in convs:
-        pipe.zcard(keys.chain(c.tenant, c.name))
-    return sum(int(x) for x in await pipe.execute())
+    return sum(await bulk.chain_lengths([(c.tenant, c.name) for c in convs]))
 
 
 async def wait_stored(
-    redis: aioredis.Redis, keys: Keys, convs: list[Conv], expect: int, progress: bool, desc: str
+    bulk: BulkLoader, convs: list[Conv], expect: int, progress: bool, desc: str
 ) -> None:
     bar = tqdm(total=expect, desc=desc, unit="turn", disable=not progress)
     last, last_change = 0, time.monotonic()
     try:
         while True:
-            n = await stored(redis, keys, convs)
+            n = await stored(bulk, convs)
             bar.update(n - last)
             if n != last:
                 last, last_change = n, time.monotonic()
@@ -212,6 +207,8 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)
     client = connect(redis_url, socket_timeout=30)
+    graph = GraphStore(client, keys)
+    bulk = BulkLoader(graph)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))
     service = ServiceProcess("ingest", settings, log_dir)
     warm = [Conv("bench-warm", "warm", 0)]
@@ -225,18 +222,15 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
         await service.astart(180)
         # Warm-up: the consumer group is assigned and the model has run once before timing.
         await produce(settings.kafka_bootstrap_servers, topic, _turns(warm, WARMUP_TURNS, base))
-        await wait_stored(client, keys, warm, WARMUP_TURNS, False, "warm-up")
+        await wait_stored(bulk, warm, WARMUP_TURNS, False, "warm-up")
         turns = _turns(convs, opts.turns, base)
         before = await scrape(service.url)
         started = time.perf_counter()
         produce_task = asyncio.create_task(produce(settings.kafka_bootstrap_servers, topic, turns))
-        await wait_stored(
-            client, keys, convs, opts.turns, opts.progress, f"ingest {opts.turns:,} turns"
-        )
+        await wait_stored(bulk, convs, opts.turns, opts.progress, f"ingest {opts.turns:,} turns")
         wall = time.perf_counter() - started
         produce_s = await produce_task
         after = await scrape(service.url)
-        graph = GraphStore(client, keys)
         in_order = True
         for c in convs:  # each chain must hold its turns in the order they were sent
             want = [t.turn_id for t in turns if (t.tenant, t.conversation) == (c.tenant, c.name)]
@@ -245,7 +239,6 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
             in_order &= [(fields[g][0] or b"").decode() for g in got] == want
     finally:
         service.stop()
-        graph = GraphStore(client, keys)
         for tenant in {c.tenant for c in [*warm, *convs]}:
             await graph.delete_tenant(tenant)
         with contextlib.suppress(RedisError):  # best-effort clean-up
@@ -337,7 +330,7 @@ def main(opts: Options) -> dict[str, Any]:
 
 
 def command_line(args: argparse.Namespace) -> str:
-    argv = ["gaama", "bench", "ingest", "--turns", str(args.turns)]
+    argv = ["python", "-m", "benchmarks", "ingest", "--turns", str(args.turns)]
     if args.tenants != 4 or args.conversations != 5:
         argv += ["--tenants", str(args.tenants), "--conversations", str(args.conversations)]
     if args.write_docs:
@@ -348,7 +341,7 @@ def command_line(args: argparse.Namespace) -> str:
 def _cli(args: argparse.Namespace) -> int:
     if args.turns < 1 or args.tenants < 1 or args.conversations < 1:
         print(
-            "gaama bench ingest: --turns, --tenants and --conversations must be ≥ 1",
+            "python -m benchmarks ingest: --turns, --tenants and --conversations must be ≥ 1",
             file=sys.stderr,
         )
         return 2
@@ -366,14 +359,14 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         main(opts)
     except ConfigError as exc:
-        print(f"gaama bench ingest: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks ingest: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    """Add ``ingest`` under the shared ``bench`` command."""
-    p = bench_subparsers(sub).add_parser(
+    """Add the ``ingest`` benchmark to the ``python -m benchmarks`` command."""
+    p = sub.add_parser(
         "ingest",
         help="end-to-end ingest throughput through the broker",
         description=__doc__,

@@ -1,4 +1,5 @@
-"""``gaama bench locomo --via-kafka``: the turns go through the broker to running services."""
+"""``python -m benchmarks locomo --via-kafka``: the turns go through the broker to running
+services."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from tqdm import tqdm
 
-from gaama.bench.locomo_data import Conversation
+from benchmarks.locomo_data import Conversation
 from gaama.config import Settings
 from gaama.errors import ConfigError
 from gaama.events import FactsExtracted

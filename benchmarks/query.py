@@ -1,12 +1,13 @@
-"""``gaama bench query``: query latency and throughput over synthetic tenants of 10k–1M nodes.
+"""``python -m benchmarks query``: query latency and throughput over synthetic tenants of
+10k–1M nodes.
 
-Each size is its own tenant in one Redis, loaded straight into the store's key layout (node
-hashes carrying their vectors, adjacency both ways, NEXT chains; see
-:mod:`gaama.bench.synthetic`) with pipelined writes. The real query service then runs as a
-subprocess (``python -m services.query.main``, one API key per tenant) and is asked over HTTP at
-concurrency 1 and 16 in each mode. The query text is embedded by the service with the real
-MiniLM, so embedding time is real; the stored vectors are synthetic, so similarity ranks are
-meaningless, which does not matter for latency.
+Each size is its own tenant in one Redis, loaded in pipelined batches through the store's bulk
+loader (node hashes carrying their vectors, adjacency both ways, NEXT chains; see
+:mod:`benchmarks.synthetic` and :class:`gaama.store.bulk.BulkLoader`). The real query service
+then runs as a subprocess (``python -m services.query.main``, one API key per tenant) and is
+asked over HTTP at concurrency 1 and 16 in each mode. The query text is embedded by the service
+with the real MiniLM, so embedding time is real; the stored vectors are synthetic, so similarity
+ranks are meaningless, which does not matter for latency.
 
 Without ``--redis-url`` (or ``GAAMA_REDIS_URL``) the command starts its own embedded stack in a
 temporary directory and stops it at the end; either way keys and index carry a run prefix.
@@ -37,20 +38,20 @@ from redis.exceptions import RedisError
 from redisvl.exceptions import RedisSearchError
 from tqdm import tqdm
 
-from gaama.bench import bench_subparsers
-from gaama.bench.synthetic import Batch, SyntheticGraph, query_texts
+from benchmarks.synthetic import Batch, SyntheticGraph, query_texts
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
 from gaama.launch import ServiceProcess
 from gaama.store import connect
-from gaama.store.graph import GraphStore, node_mapping, vector_fields
+from gaama.store.bulk import BulkLoader
+from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
 
-    from gaama.bench import SubParsers
+    from benchmarks import SubParsers
 
 DOCS_BEGIN, DOCS_END = "<!-- query:begin -->", "<!-- query:end -->"
 DEFAULT_SIZES = (10_000, 100_000, 1_000_000)
@@ -60,7 +61,7 @@ MAX_LOAD_MINUTES = 20.0
 IN_FLIGHT = 2  # pipelines in flight while loading: Python builds one while Redis indexes another
 
 
-# --- helpers shared with gaama.bench.ingest ---------------------------------------------------
+# --- helpers shared with benchmarks.ingest ----------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float:
@@ -123,20 +124,6 @@ def servers(
 # --- loading ----------------------------------------------------------------------------------
 
 
-def _queue_batch(pipe: Any, keys: Keys, tenant: str, batch: Batch) -> None:
-    # The node hash, vector included, in one HSET: the index sees each document once.
-    for node, vec in zip(batch.nodes, batch.vectors, strict=True):
-        m = node_mapping(node)
-        m.update(vector_fields(vec))
-        pipe.hset(keys.node(tenant, node.id), mapping=m)
-    by_conv: dict[str, dict[str, int]] = {}
-    for conv, eid, pos in batch.chain:
-        by_conv.setdefault(conv, {})[eid] = pos
-    for conv, members in by_conv.items():
-        pipe.zadd(keys.chain(tenant, conv), members)
-        # A conversation is never split across batches, so its last member is the tail.
-
-
 async def used_memory(redis: aioredis.Redis) -> int:
     info = await redis.info("memory")
     return int(info["used_memory"])
@@ -153,10 +140,10 @@ async def load_tenant(
 ) -> dict[str, Any]:
     """Write a synthetic graph of ``nodes`` nodes for ``tenant``; its timing, memory, shape.
 
-    Edges go through :meth:`GraphStore.write` (its validation and adjacency format); nodes,
-    chains and tails are queued into the same MULTI/EXEC by a callback, following :class:`Keys`.
+    Each batch is one MULTI/EXEC of :meth:`BulkLoader.write_batch` (a conversation is never
+    split across batches, as it requires).
     """
-    graph = GraphStore(redis, keys)
+    loader = BulkLoader(GraphStore(redis, keys))
     synthetic = SyntheticGraph(tenant, nodes, seed=seed)
     before = await used_memory(redis)
     started = time.perf_counter()
@@ -171,9 +158,7 @@ async def load_tenant(
                 t.result()
 
         async def write(b: Batch = batch) -> None:
-            await graph.write(
-                tenant, edges=b.edges, also=[lambda pipe: _queue_batch(pipe, keys, tenant, b)]
-            )
+            await loader.write_batch(tenant, b.nodes, b.vectors, b.edges, b.chain)
             bar.update(len(b.nodes))
 
         pending.add(asyncio.create_task(write()))
@@ -522,7 +507,7 @@ def docs_section(doc: dict[str, Any]) -> str:
         "interleaved rounds (A B B A …) so that drift of this shared machine falls on both "
         "alike. Graphs: 45 % episodes in NEXT chains, 35 % facts, "
         "10 % concepts (Pareto-tailed degree), 10 % reflections; synthetic topic-clustered "
-        "vectors (see `gaama/bench/synthetic.py`).",
+        "vectors (see `benchmarks/synthetic.py`).",
         "",
         "| nodes | c | mode | p50 ms | p95 ms | p99 ms | QPS | embed | knn | expand | ppr | pack |",
         "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -585,7 +570,7 @@ def _ints(text: str) -> tuple[int, ...]:
 
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (rebuilt from the parsed arguments)."""
-    argv = ["gaama", "bench", "query", "--sizes", ",".join(map(str, args.sizes))]
+    argv = ["python", "-m", "benchmarks", "query", "--sizes", ",".join(map(str, args.sizes))]
     if args.modes != "gaama,semantic":
         argv += ["--modes", args.modes]
     if tuple(args.concurrency) != (1, 16):
@@ -617,14 +602,14 @@ def _cli(args: argparse.Namespace) -> int:
     try:
         main(opts)
     except ConfigError as exc:
-        print(f"gaama bench query: {exc}", file=sys.stderr)
+        print(f"python -m benchmarks query: {exc}", file=sys.stderr)
         return 2
     return 0
 
 
 def register(sub: SubParsers) -> None:
-    """Add ``query`` under the shared ``bench`` command."""
-    p = bench_subparsers(sub).add_parser(
+    """Add the ``query`` benchmark to the ``python -m benchmarks`` command."""
+    p = sub.add_parser(
         "query",
         help="query latency/QPS over synthetic 10k–1M-node tenants",
         description=__doc__,

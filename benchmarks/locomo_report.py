@@ -1,11 +1,11 @@
-"""Output of ``gaama bench locomo``: the Markdown table and the docs section."""
+"""Output of ``python -m benchmarks locomo``: the Markdown table and the docs section."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from gaama.bench.metrics import KS
+from benchmarks.metrics import KS
 
 DOCS_BEGIN, DOCS_END = "<!-- locomo:begin -->", "<!-- locomo:end -->"
 
