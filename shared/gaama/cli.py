@@ -55,16 +55,15 @@ def _migrate(args: argparse.Namespace) -> int:
     async def run() -> None:
         redis = connect(settings.redis_url)
         try:
-            index = VectorIndex(
-                redis, settings.index_name, settings.embed_dim, Keys(settings.key_prefix)
-            )
+            name = args.to or settings.index_name
+            index = VectorIndex(redis, name, settings.embed_dim, Keys(settings.key_prefix))
             report = await migrate_index(
                 redis, index, progress=lambda line: print(f"# {line}", file=sys.stderr)
             )
         finally:
             await redis.aclose()
         print(
-            f"index {settings.index_name!r}: old definition dropped: "
+            f"index {args.to or settings.index_name!r}: old definition dropped: "
             f"{'yes' if report.dropped_old_index else 'no'}; nodes checked "
             f"{report.nodes_seen}, updated {report.nodes_updated}; {report.indexed} indexed"
         )
@@ -94,6 +93,13 @@ def build_parser() -> argparse.ArgumentParser:
         "what",
         choices=["index"],
         help="index: rebuild the vector index on exact-match tag digests (docs/operations.md)",
+    )
+    migrate.add_argument(
+        "--to",
+        default=None,
+        metavar="NAME",
+        help="build the new index under NAME and leave GAAMA_INDEX_NAME serving (no downtime; "
+        "then roll the services to NAME, run again, and drop the old index)",
     )
     migrate.set_defaults(func=_migrate)
 

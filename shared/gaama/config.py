@@ -218,6 +218,12 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     limits: RequestLimits = Field(default_factory=RequestLimits)
 
+    @field_validator("metrics_token", "api_keys_file", mode="before")
+    @classmethod
+    def _empty_is_unset(cls, v: object) -> object:
+        # An empty variable (a placeholder Secret) means "not set", never "the empty token".
+        return None if v == "" else v
+
     @field_validator("api_keys")
     @classmethod
     def _key_tenants(cls, v: list[ApiKey]) -> list[ApiKey]:

@@ -223,6 +223,25 @@ CRD_SCHEMAS: dict[tuple[str, str], dict[str, Any]] = {
                                 "path": {"type": "string", "pattern": "^/"},
                                 "interval": _DURATION,
                                 "scrapeTimeout": _DURATION,
+                                # The operator's SafeAuthorization: a Secret key selector.
+                                "authorization": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["credentials"],
+                                    "properties": {
+                                        "type": {"type": "string"},
+                                        "credentials": {
+                                            "type": "object",
+                                            "additionalProperties": False,
+                                            "required": ["key"],
+                                            "properties": {
+                                                "name": {"type": "string"},
+                                                "key": {"type": "string"},
+                                                "optional": {"type": "boolean"},
+                                            },
+                                        },
+                                    },
+                                },
                             },
                         },
                     },

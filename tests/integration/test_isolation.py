@@ -49,13 +49,14 @@ class World:
 
     def __init__(self, vector: np.ndarray) -> None:
         self.owner: dict[str, Owner] = {}
+        self.marker: dict[str, str] = {}  # node id -> a string only its text contains
         self.vector = vector
         self.turns = itertools.count()
 
     async def put(self, graph: GraphStore, o: Owner, *, mapping_hook=None) -> list[str]:
         """An episode and a fact derived from it under ``o``, both with the same vector as every
         other node here, so only the filters can keep them apart."""
-        turn = f"turn-{next(self.turns)}"
+        turn = f"turn{next(self.turns):06d}x"
         ep = Node(
             id=episode_id(o.tenant, o.conversation, turn),
             tenant=o.tenant,
@@ -88,6 +89,7 @@ class World:
                 )
         for n in (ep, fa):
             self.owner[n.id] = o
+            self.marker[n.id] = turn
         return [ep.id, fa.id]
 
 
@@ -364,3 +366,93 @@ async def test_old_layout_is_refused_then_migrated(
         await assert_isolated(world, graph, index, retriever, TRICKY + fresh, world.vector)
     finally:
         await index.drop()
+
+
+async def test_migration_to_a_new_name_leaves_the_old_index_serving(
+    world: World, graph: GraphStore, settings: Settings
+) -> None:
+    redis, keys = graph.redis, graph.keys
+    old_name, new_name = f"{settings.index_name}-v1", f"{settings.index_name}-v2"
+    await redis.execute_command(*_old_schema(old_name, keys))
+    new = VectorIndex(redis, new_name, DIM, keys)
+    try:
+        for o in TRICKY[:3]:
+            await world.put(graph, o, mapping_hook=_without_tags)
+        report = await migrate_index(redis, new)
+        assert not report.dropped_old_index and report.indexed == 6
+        info = await redis.execute_command("FT.INFO", old_name)  # still there, still serving
+        assert info
+        await assert_isolated(world, graph, new, None, TRICKY[:3], world.vector)
+        # An old writer adds a node meanwhile; running the migration again picks it up.
+        await world.put(graph, Owner("t1", "late", ""), mapping_hook=_without_tags)
+        assert (await migrate_index(redis, new)).nodes_updated == 2
+        await assert_isolated(
+            world, graph, new, None, [*TRICKY[:3], Owner("t1", "late", "")], world.vector
+        )
+    finally:
+        await new.drop()
+        await redis.execute_command("FT.DROPINDEX", old_name)
+
+
+async def test_answers_see_only_their_own_scope(
+    world: World,
+    graph: GraphStore,
+    index: VectorIndex,
+    retriever: Retriever,
+    settings: Settings,
+) -> None:
+    """/v1/answer through the real OpenAI client (fake server): the memory it sends the LLM and
+    returns holds only the caller's scope, for the reported look-alike scopes."""
+    import httpx
+    from prometheus_client import CollectorRegistry
+
+    from gaama.config import ApiKey, hash_api_key
+    from gaama.metrics import query_metrics
+    from services.query.app import create_app
+    from services.query.handlers import QueryDeps
+    from services.query.main import answerer_factory
+    from tests.fakes.openai_server import FakeOpenAIServer, good
+
+    mine, others = Owner("t", "FZ", "u1"), [Owner("t", "fz", "u1"), Owner("t", "FZ,x", "U1")]
+    for o in [*others, mine]:
+        await world.put(graph, o)
+    with FakeOpenAIServer() as server:
+        s = settings.model_copy(
+            update={
+                "api_keys": [ApiKey(key_sha256=hash_api_key("k"), tenant="t")],
+                "llm_base_url": server.base_url,
+                "llm_model": "fake-model",
+            }
+        )
+        registry = CollectorRegistry()
+        metrics = query_metrics(registry)
+        owned: list[object] = []
+        deps = QueryDeps(
+            settings=s,
+            graph=graph,
+            index=index,
+            retriever=retriever,
+            metrics=metrics,
+            answerer_factory=answerer_factory(s, registry, owned),
+        )
+        transport = httpx.ASGITransport(app=create_app(deps, registry))
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://q") as c:
+                for scope in ({"conversation": "FZ"}, {"subject": "u1", "conversation": "FZ"}):
+                    server.script(good({"answer": "pottery"}))
+                    r = await c.post(
+                        "/v1/answer",
+                        headers={"X-API-Key": "k"},
+                        json={"question": QUERY, "scope": scope},
+                    )
+                    assert r.status_code == 200, r.text
+                    got = [i["id"] for i in r.json()["memory"]]
+                    assert got and not _violations(world, mine, got, "conversation")
+                    sent = str(server.chat_requests()[-1])
+                    assert any(world.marker[n] in sent for n in got)  # the memory reached it
+                    for node, o in world.owner.items():
+                        if o != mine:
+                            assert world.marker[node] not in sent
+        finally:
+            for client in owned:
+                await client.aclose()  # type: ignore[attr-defined]

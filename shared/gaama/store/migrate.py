@@ -10,8 +10,11 @@ indexes their digests (:func:`gaama.ids.tag`). Migrating:
    digests are right is left alone, so an interrupted run can simply be started again);
 3. creates the index with the current schema and waits until it has indexed every node.
 
-Searches answer 503 between steps 1 and 3; writers must be stopped first (a node written by an
-old writer after step 2 has no digests and could not be found). docs/operations.md, "Upgrades".
+In place, searches answer 503 between steps 1 and 3 and writers must be stopped first (a node
+written by an old writer after step 2 has no digests and could not be found). Pointed at a new
+index name instead, step 1 does nothing, the old index keeps serving, and running it again after
+the services have moved to the new name picks up what old writers wrote meanwhile
+(docs/operations.md, "Index schema changes").
 """
 
 from __future__ import annotations
