@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -17,9 +16,6 @@ from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
 from services.runtime.records import BatchResult
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
-
-log = logging.getLogger("gaama.extract")
-
 
 Publish = Callable[[BatchResult, str], Awaitable[None]]
 
