@@ -2,22 +2,39 @@
 
 from __future__ import annotations
 
-import logging
+from collections.abc import Awaitable, Callable
 from functools import partial
 
 import faust
 from prometheus_client import CollectorRegistry
 
 from gaama.config import Settings
-from gaama.errors import GaamaError
 from gaama.events import TOPIC_EPISODES
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.metrics import StageMetrics
 from services.extract.handlers import facts_out, handle
+from services.runtime.background import Periodic
 from services.runtime.records import BatchResult
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 
-log = logging.getLogger("gaama.extract")
+Publish = Callable[[BatchResult, str], Awaitable[None]]
+
+
+def idle_chunks_task(
+    pipeline: ExtractionPipeline, publish: Publish, metrics: StageMetrics
+) -> Periodic:
+    """The idle-chunk timer's tick: close chunks idle for ``chunk_idle_s`` and publish their
+    facts. A failed tick (Redis or the broker away) leaves the chunk open in Redis and is retried
+    on the next one; it never stops the worker."""
+
+    async def close_idle() -> None:
+        done = await pipeline.close_idle()
+        if done:
+            await publish(BatchResult(out=facts_out(done)), TOPIC_EPISODES)
+            for e in done:
+                metrics.stored.labels("fact").inc(len(e.new_fact_ids))
+
+    return Periodic("idle_chunks", close_idle, metrics.task_failures)
 
 
 def build_app(
@@ -43,17 +60,10 @@ def build_app(
     )
     add_ops_pages(app, registry, ready, settings)
 
+    idle = idle_chunks_task(pipeline, publisher.publish, metrics)
+
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:
-        try:
-            done = await pipeline.close_idle()
-        except GaamaError as exc:  # retried on the next tick; the chunk stays open in Redis
-            log.warning("closing idle chunks failed (%s): %s", exc.reason, exc)
-            metrics.retries.inc()
-            return
-        if done:
-            await publisher.publish(BatchResult(out=facts_out(done)), TOPIC_EPISODES)
-            for e in done:
-                metrics.stored.labels("fact").inc(len(e.new_fact_ids))
+        await idle()
 
     return app

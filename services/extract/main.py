@@ -26,7 +26,7 @@ def main() -> int:
         print(f"extract: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     registry = CollectorRegistry()
-    metrics = stage_metrics("extract", registry)
+    metrics = stage_metrics("extract", registry, tasks=("consumer_lag", "idle_chunks"))
     lm = llm_metrics("extract", registry)
     embedder = build_embedder(settings, embed_metrics("extract", registry))
     extractor, _client = build_extractor(settings, lm)

@@ -1,9 +1,12 @@
 """Retry, isolate, dead-letter: the one wrapper around every consumer's handler.
 
 - A transient error (``retryable``) retries the whole batch with exponential backoff. Redis being
-  down is retried without limit (capped backoff): dead-lettering every message during an outage
-  would only move the problem; the consumer stalls, lag grows, the alert fires. Other transient
-  errors (LLM) get ``max_retries`` attempts, then the records go to the DLQ with the reason.
+  down (:class:`StoreUnavailable`) is retried without limit, backoff capped at
+  :data:`MAX_BACKOFF_S`: dead-lettering every message during an outage would only move the
+  problem; the consumer stalls, lag grows, the alert fires. The stores map every outage to
+  ``StoreUnavailable`` (``gaama.store.errors``); a raw redis-py outage error that escaped them is
+  treated the same, never as poison. Other transient errors (LLM) get ``max_retries`` attempts,
+  then the records go to the DLQ with the reason.
 - A permanent error, or an unexpected exception, for a batch is narrowed down by retrying its
   records one by one, so one poison message never takes its neighbours with it.
 - Nothing is acknowledged before the handler's writes and the published events are done; the
@@ -18,12 +21,35 @@ import random
 import traceback
 from collections.abc import Awaitable, Callable
 
+from redis.exceptions import RedisError
+
 from gaama.errors import GaamaError, StoreUnavailable
+from gaama.store.errors import is_outage
 from services.runtime.records import BatchResult, Failure, Record
 
 log = logging.getLogger("gaama.runtime")
 
 Handler = Callable[[list[Record]], Awaitable[BatchResult]]
+
+#: Longest wait between two attempts, jitter included.
+MAX_BACKOFF_S = 30.0
+
+
+def backoff_delay(attempt: int, backoff: float) -> float:
+    """Exponential backoff with ±50 % jitter for ``attempt`` (1-based), never above the cap."""
+    return min(MAX_BACKOFF_S, backoff * 2.0 ** min(attempt - 1, 10) * (0.5 + random.random()))
+
+
+async def _outages_as_store_unavailable(handler: Handler, batch: list[Record]) -> BatchResult:
+    # A safety net under the stores' own boundary: a Redis outage is never poison.
+    # Only redis-py's own errors: a bare OSError from elsewhere (a file, the LLM client) is not
+    # a store outage.
+    try:
+        return await handler(batch)
+    except RedisError as exc:
+        if is_outage(exc):
+            raise StoreUnavailable(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc
+        raise
 
 
 async def _with_retries(
@@ -36,7 +62,7 @@ async def _with_retries(
     attempt = 0
     while True:
         try:
-            return await handler(batch)
+            return await _outages_as_store_unavailable(handler, batch)
         except GaamaError as exc:
             if not exc.retryable:
                 raise
@@ -45,7 +71,7 @@ async def _with_retries(
             if not unlimited and attempt > max_retries:
                 raise
             on_retry()
-            delay = min(30.0, backoff * 2 ** min(attempt - 1, 10)) * (0.5 + random.random())
+            delay = backoff_delay(attempt, backoff)
             log.warning(
                 "transient failure (%s), attempt %d, retrying in %.2fs: %s",
                 exc.reason,

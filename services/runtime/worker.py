@@ -22,6 +22,8 @@ from gaama.config import Settings
 from gaama.events import DeadLetter, dlq, encode, topic_name
 from gaama.metrics import StageMetrics
 from services.runtime.auth import metrics_allowed
+from services.runtime.background import Periodic
+from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, process_batch
 from services.runtime.records import BatchResult, Record
 
@@ -124,9 +126,13 @@ def consume(
     publisher: Publisher,
     batch_size: int,
     window_s: float,
-) -> None:
-    """Bind ``handler`` to ``source_base`` as a batching faust agent."""
+) -> LagMonitor:
+    """Bind ``handler`` to ``source_base`` as a batching faust agent, with a timer keeping the
+    consumer lag gauge up to date."""
     source = publisher.topic(source_base)
+    lag = LagMonitor(
+        app, topic_name(source_base, settings.topic_prefix), settings.topic_partitions, metrics.lag
+    )
 
     async def agent(stream: Any) -> None:
         async for events in stream.take_events(batch_size, within=window_s):
@@ -140,6 +146,8 @@ def consume(
                 )
                 for e in events
             ]
+            for r in records:
+                lag.saw(r.partition, r.offset)
             t0 = time.perf_counter()
             metrics.consumed.inc(len(records))
             result = await process_batch(
@@ -158,6 +166,17 @@ def consume(
 
     agent.__name__ = f"{service}_agent"
     app.agent(source, name=f"{service}.agent")(agent)
+
+    async def refresh() -> None:
+        await lag.refresh()
+
+    tick = Periodic("consumer_lag", refresh, metrics.task_failures)
+
+    async def consumer_lag() -> None:
+        await tick()
+
+    app.timer(interval=settings.lag_interval_s, name=f"{service}.consumer_lag")(consumer_lag)
+    return lag
 
 
 def add_ops_pages(

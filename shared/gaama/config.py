@@ -159,6 +159,8 @@ class Settings(BaseSettings):
     consumer_session_timeout_s: float = Field(10.0, ge=2, le=300)
     index_name: str = Field("gaama-idx", pattern=r"^[A-Za-z0-9_\-]+$")
     key_prefix: str = Field("gaama", pattern=r"^[A-Za-z0-9_\-]+$")
+    # How often each consumer refreshes gaama_<service>_consumer_lag (one ListOffsets call).
+    lag_interval_s: float = Field(5.0, gt=0, le=300)
 
     # --- embeddings --------------------------------------------------------------------------
     embedder: Literal["minilm", "openai"] = "minilm"

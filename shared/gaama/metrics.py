@@ -7,6 +7,7 @@ Names follow ``gaama_<service>_<thing>_total|_seconds|_bytes``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -38,6 +39,8 @@ LLM_FAILURES = (
     "cassette_miss",
     "other",
 )
+#: Why a background task's tick failed: an outage (retried next tick) or anything else.
+TASK_FAILURES = ("store_unavailable", "broker_unavailable", "error")
 QUERY_MODES = ("gaama", "semantic", "ppr", "flat")
 QUERY_STAGES = ("embed", "knn", "expand", "ppr", "pack")
 
@@ -52,9 +55,14 @@ class StageMetrics:
     retries: Counter
     batch_seconds: Histogram
     lag: Gauge
+    task_failures: Counter
 
 
-def stage_metrics(service: str, registry: CollectorRegistry) -> StageMetrics:
+def stage_metrics(
+    service: str, registry: CollectorRegistry, tasks: Sequence[str] = ("consumer_lag",)
+) -> StageMetrics:
+    """Metrics of a consumer stage; ``tasks`` names its background tasks (timers), whose failure
+    counters are created up front."""
     m = StageMetrics(
         consumed=Counter(f"gaama_{service}_consumed_total", "Messages consumed", registry=registry),
         stored=Counter(
@@ -82,11 +90,21 @@ def stage_metrics(service: str, registry: CollectorRegistry) -> StageMetrics:
         ),
         lag=Gauge(
             f"gaama_{service}_consumer_lag",
-            "Messages behind the end of the topic",
-            ["partition"],
+            "Messages of the partition not yet committed by this consumer group "
+            "(high-water mark minus committed offset; 0 for partitions owned by another replica)",
+            ["topic", "partition"],
+            registry=registry,
+        ),
+        task_failures=Counter(
+            f"gaama_{service}_task_failures_total",
+            "Failed ticks of a background task (retried on the next tick), by task and reason",
+            ["task", "reason"],
             registry=registry,
         ),
     )
+    for task in tasks:
+        for reason in TASK_FAILURES:
+            m.task_failures.labels(task, reason)
     for kind in NODE_KINDS:
         m.stored.labels(kind)
     for reason in DLQ_REASONS:

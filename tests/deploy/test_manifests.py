@@ -66,7 +66,7 @@ TARGETS = ("base", "base+keda", "dev", "prod")
 SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
     "ingest": [lambda r: gm.stage_metrics("ingest", r), lambda r: gm.embed_metrics("ingest", r)],
     "extract": [
-        lambda r: gm.stage_metrics("extract", r),
+        lambda r: gm.stage_metrics("extract", r, tasks=("consumer_lag", "idle_chunks")),
         lambda r: gm.embed_metrics("extract", r),
         lambda r: gm.llm_metrics("extract", r),
     ],
@@ -658,12 +658,14 @@ def test_prometheus_scrapes_every_service() -> None:
 
 
 @cache
-def known_series() -> dict[str, dict[str, set[str]]]:
-    """Every series name a GAAMA process exposes -> its pre-created label values."""
+def known_series(service: str | None = None) -> dict[str, dict[str, set[str]]]:
+    """Every series name a GAAMA process (of ``service``, or any) exposes -> its pre-created
+    label values."""
     registry = CollectorRegistry()
-    for wiring in SERVICE_METRICS.values():
-        for build in wiring:
-            build(registry)
+    for name, wiring in SERVICE_METRICS.items():
+        if service in (None, name):
+            for build in wiring:
+                build(registry)
     ProcessCollector(registry=registry)
     PlatformCollector(registry=registry)
     GCCollector(registry=registry)
@@ -789,6 +791,29 @@ def test_every_metric_in_dashboard_and_rules_exists() -> None:
         for name in metric_names(expr) - known.keys() - EXTERNAL_METRICS.keys():
             missing.append(f"{where}: {name}")
     assert not missing, "metrics not defined in shared/gaama/metrics.py:\n" + "\n".join(missing)
+
+
+def test_every_alert_selects_series_its_service_registers() -> None:
+    """Each alert expression selects only series that the service it is about registers (a
+    registry built the way that service builds its own), e.g. the lag alerts
+    ``gaama_<stage>_consumer_lag``. That the lag series is also populated (non-zero under a
+    backlog) is shown against the real broker in tests/integration/test_consumer_lag.py."""
+    wrong = []
+    for r in alert_rules():
+        stage = r.get("labels", {}).get("stage")
+        for name in metric_names(r["expr"]):
+            if name in EXTERNAL_METRICS:
+                continue
+            service = name.split("_")[1] if name.startswith("gaama_") else None
+            if service not in SERVICE_METRICS or name not in known_series(service):
+                wrong.append(f"{r['alert']}: {name} is registered by no service")
+            elif stage is not None and service != stage:
+                wrong.append(f"{r['alert']} (stage {stage}) selects {service}'s {name}")
+    assert not wrong, "\n".join(wrong)
+    lag = [r["expr"] for r in alert_rules() if r["alert"] == "GaamaConsumerLagHigh"]
+    assert {n for e in lag for n in metric_names(e)} == {
+        f"gaama_{s}_consumer_lag" for s in CONSUMERS
+    }
 
 
 def test_label_values_in_queries_exist() -> None:

@@ -66,3 +66,39 @@ async def test_store_outage_is_retried_until_it_recovers():
 
     result = await process_batch(handler, [rec(1)], max_retries=1, backoff=0)
     assert calls == 6 and not result.failed
+
+
+async def test_a_raw_redis_outage_from_a_handler_is_retried_not_dead_lettered():
+    """Safety net under the stores' boundary: a redis-py outage error is an outage too."""
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    calls = 0
+
+    async def handler(batch: list[Record]) -> BatchResult:
+        nonlocal calls
+        calls += 1
+        if calls < 4:
+            raise RedisTimeoutError("Timeout reading from 127.0.0.1:6379")
+        return BatchResult()
+
+    result = await process_batch(handler, [rec(1)], max_retries=0, backoff=0)
+    assert calls == 4 and not result.failed
+
+
+async def test_a_raw_non_outage_redis_error_is_still_poison():
+    from redis.exceptions import ResponseError
+
+    async def handler(batch: list[Record]) -> BatchResult:
+        raise ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
+
+    result = await process_batch(handler, [rec(1)], max_retries=3, backoff=0)
+    assert result.failed[0].reason == "error" and "WRONGTYPE" in result.failed[0].error
+
+
+def test_backoff_is_capped_jitter_included():
+    from services.runtime.policy import MAX_BACKOFF_S, backoff_delay
+
+    delays = [backoff_delay(attempt, 0.5) for attempt in range(1, 60) for _ in range(20)]
+    assert max(delays) <= MAX_BACKOFF_S
+    assert min(backoff_delay(1, 0.5) for _ in range(50)) >= 0.25
+    assert max(delays[-20:]) > MAX_BACKOFF_S / 2  # it does grow up to the cap

@@ -7,6 +7,9 @@ Appends are idempotent (Lua: an episode already in the chunk, or already extract
 Closing trims only the episodes that were extracted — in the same MULTI/EXEC as the graph writes —
 so an episode appended meanwhile stays for the next chunk. A lock (SET NX PX) lets one worker at a
 time close a given conversation's chunk; it expires if that worker dies.
+
+Every Redis call runs inside :func:`~gaama.store.errors.store_errors`: an outage reaches the
+caller as ``StoreUnavailable`` (retried by the runtime), never as a raw redis-py error.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
 # KEYS: list, meta, node, open-zset; ARGV: episode id, words, now, conversation
@@ -72,14 +76,15 @@ class ChunkStore:
         self, tenant: str, conversation: str, episode_id: str, words: int, now: float
     ) -> AppendResult:
         lst, meta = self._k(tenant, conversation)
-        n, w = await self._append(
-            keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
-            args=[episode_id, words, repr(now), conversation],
-        )
-        if n > 0:
-            # A cross-tenant hint for the idle timer; outside the script because it lives in
-            # no tenant's cluster slot. Stale entries are pruned by idle().
-            await self.redis.sadd(self._tenants, tenant)
+        with store_errors():
+            n, w = await self._append(
+                keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
+                args=[episode_id, words, repr(now), conversation],
+            )
+            if n > 0:
+                # A cross-tenant hint for the idle timer; outside the script because it lives
+                # in no tenant's cluster slot. Stale entries are pruned by idle().
+                await self.redis.sadd(self._tenants, tenant)
         if n == -1:
             return AppendResult(False, 0, 0, already_extracted=True)
         if n == -2:
@@ -91,12 +96,14 @@ class ChunkStore:
         pipe = self.redis.pipeline(transaction=False)
         pipe.llen(lst)
         pipe.hget(meta, "words")
-        n, w = await pipe.execute()
+        with store_errors():
+            n, w = await pipe.execute()
         return int(n), int(w or 0)
 
     async def episodes(self, tenant: str, conversation: str) -> list[str]:
         lst, _ = self._k(tenant, conversation)
-        return [_s(i) for i in await self.redis.lrange(lst, 0, -1)]
+        with store_errors():
+            return [_s(i) for i in await self.redis.lrange(lst, 0, -1)]
 
     def close_ops(
         self,
@@ -121,31 +128,40 @@ class ChunkStore:
 
     async def forget_if_empty(self, tenant: str, conversation: str) -> None:
         lst, meta = self._k(tenant, conversation)
-        if await self.redis.llen(lst) == 0:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.delete(meta)
-            pipe.zrem(self._open(tenant), conversation)
-            await pipe.execute()
+        with store_errors():
+            if await self.redis.llen(lst) == 0:
+                pipe = self.redis.pipeline(transaction=True)
+                pipe.delete(meta)
+                pipe.zrem(self._open(tenant), conversation)
+                await pipe.execute()
 
     async def idle(self, older_than: float, limit: int = 100) -> list[tuple[str, str]]:
         """(tenant, conversation) pairs whose open chunk was last touched before ``older_than``."""
         out: list[tuple[str, str]] = []
-        for t in await self.redis.smembers(self._tenants):
-            tenant = _s(t)
-            convs = await self.redis.zrangebyscore(
-                self._open(tenant), "-inf", older_than, start=0, num=limit
-            )
-            if not convs and not await self.redis.zcard(self._open(tenant)):
-                await self.redis.srem(self._tenants, tenant)
-            out += [(tenant, _s(c)) for c in convs]
+        with store_errors():
+            for t in await self.redis.smembers(self._tenants):
+                tenant = _s(t)
+                convs = await self.redis.zrangebyscore(
+                    self._open(tenant), "-inf", older_than, start=0, num=limit
+                )
+                if not convs and not await self.redis.zcard(self._open(tenant)):
+                    await self.redis.srem(self._tenants, tenant)
+                out += [(tenant, _s(c)) for c in convs]
         return out[:limit]
 
     async def lock(self, tenant: str, conversation: str, ttl_s: float) -> str | None:
         token = secrets.token_hex(8)
-        ok = await self.redis.set(
-            self.keys.state(tenant, "chunklock", conversation), token, nx=True, px=int(ttl_s * 1000)
-        )
+        with store_errors():
+            ok = await self.redis.set(
+                self.keys.state(tenant, "chunklock", conversation),
+                token,
+                nx=True,
+                px=int(ttl_s * 1000),
+            )
         return token if ok else None
 
     async def unlock(self, tenant: str, conversation: str, token: str) -> None:
-        await self._unlock(keys=[self.keys.state(tenant, "chunklock", conversation)], args=[token])
+        with store_errors():
+            await self._unlock(
+                keys=[self.keys.state(tenant, "chunklock", conversation)], args=[token]
+            )

@@ -8,27 +8,24 @@ together or not at all.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import (
-    NoScriptError,
-    OutOfMemoryError,
-    ReadOnlyError,
-    ResponseError,
-    TryAgainError,
-)
+from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama import ids
-from gaama.errors import StoreUnavailable, ValidationError
+from gaama.errors import ValidationError
 from gaama.ids import kind_of, kind_prefix
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
+
+# Re-exported: vectors.py and older callers import the boundary from here.
+from gaama.store.errors import store_errors as store_errors
+from gaama.store.errors import transient_reply as transient_reply
 from gaama.store.keys import Keys
 
 T = TypeVar("T")
@@ -349,18 +346,6 @@ return rows
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
 
 
-#: Server replies that mean "not now" rather than "never": out of memory under noeviction, a
-#: replica that is read-only during a failover, a dataset still loading, a busy script.
-_TRANSIENT_REPLIES = ("OOM", "READONLY", "LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
-
-
-def transient_reply(exc: ResponseError) -> bool:
-    # redis-py turns some replies into classes and drops the reply's first word.
-    if isinstance(exc, OutOfMemoryError | ReadOnlyError | TryAgainError):
-        return True
-    return str(exc).split(" ", 1)[0] in _TRANSIENT_REPLIES
-
-
 def vector_fields(vector: Sequence[float] | np.ndarray) -> dict[str, bytes]:
     """The stored forms of a vector: float32 (indexed) and its int8 copy (read-ahead)."""
     v = np.asarray(vector, dtype=np.float32).ravel()
@@ -432,18 +417,6 @@ def _parse_adj(value: bytes, node: str) -> Neighbour:
     return Neighbour(
         node=node, kind=_EDGE_KINDS[kind], outgoing=direction == b"o", weight=float(weight)
     )
-
-
-@contextmanager
-def store_errors() -> Iterator[None]:
-    """Redis unreachable, timed out or answering a transient error (loading, busy, out of
-    memory, read-only replica…) raises :class:`StoreUnavailable`; any other error propagates."""
-    try:
-        yield
-    except (RedisConnectionError, RedisTimeoutError, ResponseError) as exc:
-        if isinstance(exc, ResponseError) and not transient_reply(exc):
-            raise
-        raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
 
 
 def as_text(raw: object) -> str:
@@ -550,11 +523,12 @@ class GraphStore:
             pipe.hset(self.keys.adj(tenant, e.dst), e.src, f"{e.kind.value}|i|{w}")
             touched[e.src] = touched[e.dst] = None
         if touched:  # the degree index changes with the adjacency, in the same transaction
-            await self._refresh_degrees(  # queued: a pipeline's command returns at once
-                keys=[self.keys.degrees(tenant)],
-                args=[self.keys.adj_prefix(tenant), *touched],
-                client=pipe,
-            )
+            with store_errors():  # queued, no I/O today; inside the boundary all the same
+                await self._refresh_degrees(  # queued: a pipeline's command returns at once
+                    keys=[self.keys.degrees(tenant)],
+                    args=[self.keys.adj_prefix(tenant), *touched],
+                    client=pipe,
+                )
         for name, value in (set_state or {}).items():
             pipe.set(self.keys.state(tenant, name), value)
         for name in delete_state:
@@ -807,29 +781,33 @@ class GraphStore:
         return {i for i, e in zip(ids, rows, strict=True) if e}
 
     async def exists(self, tenant: str, node_id: str) -> bool:
-        return bool(await self.redis.exists(self.keys.node(tenant, node_id)))
+        with store_errors():
+            return bool(await self.redis.exists(self.keys.node(tenant, node_id)))
 
     async def chain(self, tenant: str, conversation: str) -> list[str]:
         """Episode ids of a conversation in NEXT order."""
-        ids = await self.redis.zrange(self.keys.chain(tenant, conversation), 0, -1)
+        with store_errors():
+            ids = await self.redis.zrange(self.keys.chain(tenant, conversation), 0, -1)
         return [i.decode() if isinstance(i, bytes) else str(i) for i in ids]
 
     async def get_state(self, tenant: str, name: str) -> bytes | None:
-        value = await self.redis.get(self.keys.state(tenant, name))
+        with store_errors():
+            value = await self.redis.get(self.keys.state(tenant, name))
         return value.encode() if isinstance(value, str) else value
 
     async def delete_tenant(self, tenant: str) -> int:
         """Remove every key of ``tenant`` (right to erasure; tests and benchmarks)."""
         n = 0
-        for pattern in self.keys.tenant_patterns(tenant):
-            batch: list[bytes] = []
-            async for key in self.redis.scan_iter(match=pattern, count=1000):
-                batch.append(key)
-                if len(batch) >= 1000:
+        with store_errors():
+            for pattern in self.keys.tenant_patterns(tenant):
+                batch: list[bytes] = []
+                async for key in self.redis.scan_iter(match=pattern, count=1000):
+                    batch.append(key)
+                    if len(batch) >= 1000:
+                        n += await self.redis.unlink(*batch)
+                        batch = []
+                if batch:
                     n += await self.redis.unlink(*batch)
-                    batch = []
-            if batch:
-                n += await self.redis.unlink(*batch)
         return n
 
     async def _run(self, pipe: Any) -> list[Any]:

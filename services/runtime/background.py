@@ -1,0 +1,88 @@
+"""Background tasks (faust timers) that survive any failure of one tick.
+
+faust stops the whole worker when a timer raises ("Crashed reason=..."): a Redis pause during the
+idle-chunk timer's tick used to exit the extract service. A :class:`Periodic` runs one tick, and
+when it fails it counts the failure in ``gaama_<service>_task_failures_total{task, reason}``, logs
+it (the first failure at once, then at most once per ``log_every_s`` with the number held back),
+and returns: the next tick tries again. Work a failed tick left undone stays in Redis (an open
+chunk stays open), so nothing is lost by waiting.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from aiokafka.errors import KafkaError
+from prometheus_client import Counter
+from redis.exceptions import RedisError
+
+from gaama.errors import GaamaError
+from gaama.store.errors import is_outage
+
+log = logging.getLogger("gaama.runtime")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The ``reason`` label of a failed tick."""
+    if isinstance(exc, GaamaError):
+        return exc.reason
+    if isinstance(exc, RedisError) and is_outage(exc):
+        return "store_unavailable"
+    if isinstance(exc, KafkaError):
+        return "broker_unavailable"
+    return "error"
+
+
+class Periodic:
+    """One tick of the background task ``name``; never raises (except on cancellation)."""
+
+    def __init__(
+        self,
+        name: str,
+        tick: Callable[[], Awaitable[None]],
+        failures: Counter,
+        *,
+        log_every_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.tick = tick
+        self.failures = failures
+        self.log_every_s = log_every_s
+        self.clock = clock
+        self.failing = 0  # consecutive failed ticks
+        self._held_back = 0
+        self._logged_at: float | None = None
+
+    async def __call__(self) -> bool:
+        """Run one tick; True when it succeeded."""
+        try:
+            await self.tick()
+        # A timer that raises stops the worker for good, so every failure is caught here — and
+        # counted and logged, not swallowed. CancelledError (shutdown) is not an Exception.
+        except Exception as exc:  # noqa: BLE001 - counted and logged below
+            self._failed(exc)
+            return False
+        if self.failing:
+            log.info("%s recovered after %d failed ticks", self.name, self.failing)
+        self.failing = self._held_back = 0
+        self._logged_at = None
+        return True
+
+    def _failed(self, exc: Exception) -> None:
+        reason = failure_reason(exc)
+        self.failures.labels(self.name, reason).inc()
+        self.failing += 1
+        now = self.clock()
+        if self._logged_at is not None and now - self._logged_at < self.log_every_s:
+            self._held_back += 1
+            return
+        more = f" ({self._held_back} similar failures not logged)" if self._held_back else ""
+        if reason == "error":  # not an outage: the traceback is needed to find the bug
+            log.error("%s failed, retrying next tick%s", self.name, more, exc_info=exc)
+        else:
+            log.warning("%s failed (%s), retrying next tick%s: %s", self.name, reason, more, exc)
+        self._logged_at = now
+        self._held_back = 0
