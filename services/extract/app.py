@@ -11,6 +11,7 @@ from prometheus_client import CollectorRegistry
 from gaama.config import Settings
 from gaama.events import TOPIC_EPISODES
 from gaama.extract.pipeline import ExtractionPipeline
+from gaama.forgetting import Forgetting
 from gaama.metrics import StageMetrics
 from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
@@ -43,6 +44,7 @@ def build_app(
     registry: CollectorRegistry,
     metrics: StageMetrics,
     ready: ReadyCheck,
+    forgetting: Forgetting | None = None,
 ) -> faust.App:
     app = make_app("extract", settings, settings.extract_port)
     publisher = Publisher(app, settings, "extract")
@@ -52,7 +54,7 @@ def build_app(
         service="extract",
         source_base=TOPIC_EPISODES,
         settings=settings,
-        handler=partial(handle, pipeline=pipeline),
+        handler=partial(handle, pipeline=pipeline, forgetting=forgetting),
         metrics=metrics,
         publisher=publisher,
         batch_size=16,

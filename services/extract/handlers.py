@@ -12,11 +12,13 @@ from gaama.events import (
     TOPIC_FACTS,
     EpisodeStored,
     FactsExtracted,
+    ForgetRequested,
     conversation_key,
-    decode,
+    decode_stream,
     split_key,
 )
 from gaama.extract.pipeline import ExtractionPipeline
+from gaama.forgetting import Forgetting
 from services.runtime.records import BatchResult, Failure, Outgoing, Record
 
 
@@ -24,23 +26,40 @@ def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
     return [Outgoing(TOPIC_FACTS, conversation_key(e.tenant, e.conversation), e) for e in events]
 
 
-def validate_episode(record: Record) -> EpisodeStored:
-    ev = decode(EpisodeStored, record.value)
-    if split_key(record.key) != (ev.tenant, ev.conversation):
+def validate_episode(record: Record) -> EpisodeStored | ForgetRequested:
+    ev = decode_stream(EpisodeStored, record.value)
+    tenant, conversation = split_key(record.key)
+    if isinstance(ev, ForgetRequested):
+        if tenant != ev.tenant:
+            raise ValidationError(
+                "message key's tenant is not the request's", reason="tenant_mismatch"
+            )
+        return ev
+    if (tenant, conversation) != (ev.tenant, ev.conversation):
         raise ValidationError(
             "message key does not match the event's tenant/conversation", reason="tenant_mismatch"
         )
     return ev
 
 
-async def handle(batch: list[Record], pipeline: ExtractionPipeline) -> BatchResult:
-    """Episodes in arrival order (turn order per conversation)."""
+async def handle(
+    batch: list[Record], pipeline: ExtractionPipeline, forgetting: Forgetting | None = None
+) -> BatchResult:
+    """Episodes in arrival order (turn order per conversation); a forget request takes its
+    episodes out of open chunks and travels on to reflect."""
     result = BatchResult()
     for record in batch:
         try:
             ev = validate_episode(record)
         except ValidationError as exc:
             result.failed.append(Failure(record, exc.reason, str(exc)))
+            continue
+        if isinstance(ev, ForgetRequested):
+            if forgetting is None:
+                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                continue
+            await forgetting.at_extract(ev)
+            result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))
             continue
         done = await pipeline.on_episode(ev)
         result.out += facts_out(done)

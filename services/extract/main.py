@@ -42,7 +42,14 @@ def main() -> int:
             llm_metrics=lm,
         )
     )
-    app = build_app(settings, pipeline, registry, metrics, stores.ready)
+    app = build_app(
+        settings,
+        pipeline,
+        registry,
+        metrics,
+        stores.ready,
+        forgetting=stores.forgetting(settings),
+    )
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 
 

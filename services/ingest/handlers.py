@@ -25,13 +25,15 @@ from gaama.events import (
     CAPTION_MAX,
     SPEAKER_MAX,
     TOPIC_EPISODES,
+    ForgetRequested,
     TurnReceived,
     conversation_key,
-    decode,
+    decode_stream,
     describe,
     parse_time,
     split_key,
 )
+from gaama.forgetting import Forgetting
 from gaama.model import Node
 from gaama.store.graph import GraphStore
 from services.runtime.records import BatchResult, Failure, Outgoing, Record
@@ -42,12 +44,22 @@ class IngestDeps:
     settings: Settings
     graph: GraphStore
     embedder: Embedder
+    forgetting: Forgetting | None = None
 
 
-def validate_turn(record: Record, settings: Settings) -> TurnReceived:
-    """Decode a consumed turn and check it against its key; raise ValidationError saying why."""
-    turn = decode(TurnReceived, record.value)
+def validate_turn(record: Record, settings: Settings) -> TurnReceived | ForgetRequested:
+    """Decode a consumed record (a turn, or a forget request riding the same topic) and check it
+    against its key; raise ValidationError saying why."""
+    event = decode_stream(TurnReceived, record.value)
     tenant, conversation = split_key(record.key)
+    if isinstance(event, ForgetRequested):
+        if tenant != event.tenant:
+            raise ValidationError(
+                f"key tenant {tenant} does not match the request's {event.tenant}",
+                reason="tenant_mismatch",
+            )
+        return event
+    turn = event
     if (tenant, conversation) != (turn.tenant, turn.conversation):
         raise ValidationError(
             f"key {tenant}/{conversation} does not match the body's "
@@ -64,17 +76,38 @@ def validate_turn(record: Record, settings: Settings) -> TurnReceived:
 
 
 async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
-    """Store a batch of turns in arrival order (which is turn order per conversation)."""
+    """Store a batch of turns in arrival order (which is turn order per conversation). A forget
+    request splits the batch: the turns before it are stored first, then its cut is taken."""
     result = BatchResult()
     turns: list[tuple[Record, TurnReceived]] = []
     for record in batch:
         try:
-            turns.append((record, validate_turn(record, deps.settings)))
+            event = validate_turn(record, deps.settings)
         except ValidationError as exc:
             result.failed.append(Failure(record, exc.reason, str(exc)))
+            continue
+        if isinstance(event, ForgetRequested):
+            await _store(turns, deps, result)
+            turns = []
+            if deps.forgetting is None:
+                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                continue
+            await deps.forgetting.at_ingest(event)
+            result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))
+        else:
+            turns.append((record, event))
+    await _store(turns, deps, result)
+    return result
+
+
+async def _store(
+    turns: list[tuple[Record, TurnReceived]], deps: IngestDeps, result: BatchResult
+) -> None:
     if not turns:
-        return result
+        return
     nodes = [episode_node(t) for _, t in turns]
+    for (record, _), node in zip(turns, nodes, strict=True):
+        node.extra["ipart"] = str(record.partition or 0)  # the lane a forget's cut applies to
     # Embed only what is new: a redelivered batch costs one pipeline of EXISTS, no model time.
     present = await _existing(deps.graph, nodes)
     todo = [i for i, n in enumerate(nodes) if n.id not in present]
@@ -92,7 +125,6 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
                 episode_stored(turn, node),
             )
         )
-    return result
 
 
 async def _existing(graph: GraphStore, nodes: list[Node]) -> set[str]:

@@ -27,7 +27,12 @@ def main() -> int:
     metrics = stage_metrics("ingest", registry)
     embedder = build_embedder(settings, embed_metrics("ingest", registry))
     stores = connect_stores(settings, embedder.dim)
-    deps = IngestDeps(settings=settings, graph=stores.graph, embedder=embedder)
+    deps = IngestDeps(
+        settings=settings,
+        graph=stores.graph,
+        embedder=embedder,
+        forgetting=stores.forgetting(settings),
+    )
     app = build_app(deps, registry, metrics, stores.ready)
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", embedder.name)
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 from gaama.config import Settings
 from gaama.events import TOPIC_FACTS
 from gaama.extract.reflection import ReflectionPipeline
-from gaama.metrics import StageMetrics
+from gaama.forgetting import Forgetting
+from gaama.metrics import ForgetMetrics, StageMetrics
 from services.reflect.handlers import handle
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
 
@@ -21,6 +22,8 @@ def build_app(
     registry: CollectorRegistry,
     metrics: StageMetrics,
     ready: ReadyCheck,
+    forgetting: Forgetting | None = None,
+    forget_metrics: ForgetMetrics | None = None,
 ) -> faust.App:
     app = make_app("reflect", settings, settings.reflect_port)
     publisher = Publisher(app, settings, "reflect")
@@ -29,7 +32,7 @@ def build_app(
         service="reflect",
         source_base=TOPIC_FACTS,
         settings=settings,
-        handler=partial(handle, pipeline=pipeline),
+        handler=partial(handle, pipeline=pipeline, forgetting=forgetting, metrics=forget_metrics),
         metrics=metrics,
         publisher=publisher,
         batch_size=16,

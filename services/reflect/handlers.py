@@ -2,28 +2,55 @@
 
 Consumes ``gaama.facts.v1`` (key ``<tenant>/<conversation>``), writes Reflection nodes and
 DERIVED_FROM_FACT edges to Redis, dead-letters to ``gaama.facts.v1.dlq``. Produces no topic.
+It is the last stage, so forget requests end here: once every lane of a request has arrived,
+the cascade runs (:mod:`gaama.forgetting`).
 """
 
 from __future__ import annotations
 
+import time
+
 from gaama.errors import ValidationError
-from gaama.events import FactsExtracted, decode, split_key
+from gaama.events import FactsExtracted, ForgetRequested, decode_stream, split_key
 from gaama.extract.reflection import ReflectionPipeline
+from gaama.forgetting import Forgetting
+from gaama.metrics import ForgetMetrics
 from services.runtime.records import BatchResult, Failure, Record
 
 
-async def handle(batch: list[Record], pipeline: ReflectionPipeline) -> BatchResult:
+async def handle(
+    batch: list[Record],
+    pipeline: ReflectionPipeline,
+    forgetting: Forgetting | None = None,
+    metrics: ForgetMetrics | None = None,
+) -> BatchResult:
     result = BatchResult()
     for record in batch:
         try:
-            ev = decode(FactsExtracted, record.value)
-            if split_key(record.key) != (ev.tenant, ev.conversation):
+            ev = decode_stream(FactsExtracted, record.value)
+            if isinstance(ev, ForgetRequested):
+                if split_key(record.key)[0] != ev.tenant:
+                    raise ValidationError(
+                        "message key's tenant is not the request's", reason="tenant_mismatch"
+                    )
+            elif split_key(record.key) != (ev.tenant, ev.conversation):
                 raise ValidationError(
                     "message key does not match the event's tenant/conversation",
                     reason="tenant_mismatch",
                 )
         except ValidationError as exc:
             result.failed.append(Failure(record, exc.reason, str(exc)))
+            continue
+        if isinstance(ev, ForgetRequested):
+            if forgetting is None:
+                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                continue
+            started = time.perf_counter()
+            removed = await forgetting.at_last_stage(ev)
+            if removed is not None and metrics is not None:
+                metrics.cascade_seconds.observe(time.perf_counter() - started)
+                for kind, n in removed.items():
+                    metrics.removed.labels(kind).inc(n)
             continue
         written = await pipeline.on_facts(ev)
         result.stored["reflection"] += len(written)

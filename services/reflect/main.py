@@ -12,7 +12,7 @@ from gaama.embed import build_embedder
 from gaama.errors import ConfigError
 from gaama.extract.factory import build_extractor
 from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
-from gaama.metrics import embed_metrics, llm_metrics, stage_metrics
+from gaama.metrics import embed_metrics, forget_metrics, llm_metrics, stage_metrics
 from services.reflect.app import build_app
 from services.runtime.bootstrap import connect_stores, run_worker
 
@@ -38,7 +38,15 @@ def main() -> int:
             extractor=extractor,
         )
     )
-    app = build_app(settings, pipeline, registry, metrics, stores.ready)
+    app = build_app(
+        settings,
+        pipeline,
+        registry,
+        metrics,
+        stores.ready,
+        forgetting=stores.forgetting(settings),
+        forget_metrics=forget_metrics("reflect", registry),
+    )
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 
 

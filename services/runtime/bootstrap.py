@@ -13,7 +13,10 @@ from redis.exceptions import RedisError
 
 from gaama.config import Settings
 from gaama.errors import GaamaError
+from gaama.forgetting import Forgetting
 from gaama.store import connect
+from gaama.store.chunks import ChunkStore
+from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -39,6 +42,15 @@ class Stores:
 
     async def aclose(self) -> None:
         await self.redis.aclose()
+
+    def forgetting(self, settings: Settings) -> Forgetting:
+        """What a stage needs to play its part in forget requests."""
+        keys = self.graph.keys
+        return Forgetting(
+            ForgetStore(self.redis, keys),
+            ChunkStore(self.redis, keys),
+            lock_ttl_s=settings.chunk_lock_s or 60.0,
+        )
 
 
 async def ensure_index(settings: Settings, dim: int) -> None:

@@ -26,6 +26,7 @@ class Outgoing:
     topic: str
     key: bytes
     event: Event
+    partition: int | None = None  # None: the key chooses (fan-out events name theirs)
 
 
 @dataclass(frozen=True, slots=True)

@@ -84,7 +84,11 @@ class Publisher:
     async def publish(self, result: BatchResult, source_base: str) -> None:
         futures = []
         for o in result.out:
-            futures.append(await self.topic(o.topic).send(key=o.key, value=encode(o.event)))
+            futures.append(
+                await self.topic(o.topic).send(
+                    key=o.key, value=encode(o.event), partition=o.partition
+                )
+            )
         for f in result.failed:
             letter = DeadLetter.of(
                 source_topic=f.record.topic,

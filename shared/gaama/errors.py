@@ -9,6 +9,7 @@ The tree::
     │   └── BrokerUnavailable       Kafka-compatible broker unreachable
     └── PermanentError              retrying cannot help: dead-letter at once
         ├── ValidationError         bad input (HTTP body, Kafka message, config)
+        ├── NodesGone               a conditional write's sources were forgotten meanwhile
         ├── LLMOutputError          LLM output that stays malformed after repair attempts
         ├── CassetteMiss            replay mode and the request is not in the cassette
         ├── ConfigError             invalid or missing setting (names the variable)
@@ -58,6 +59,16 @@ class BrokerUnavailable(RetryableError):
 
 class ValidationError(PermanentError):
     reason = "invalid"
+
+
+class NodesGone(PermanentError):
+    """A conditional write found nodes it depends on deleted (a forget ran meanwhile)."""
+
+    reason = "gone"
+
+    def __init__(self, missing: list[str]) -> None:
+        super().__init__(f"{len(missing)} node(s) the write depends on are gone: {missing[:5]}")
+        self.missing = missing
 
 
 class LLMOutputError(PermanentError):

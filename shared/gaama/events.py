@@ -19,9 +19,11 @@ from pydantic import (
     ConfigDict,
     Field,
     StringConstraints,
+    ValidationInfo,
     field_validator,
 )
 from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import from_json
 
 from gaama import ids
 from gaama.errors import ValidationError
@@ -146,6 +148,49 @@ class FactsExtracted(Event):
     extractor: str = "offline"
 
 
+ForgetScope = Literal["conversation", "subject", "tenant"]
+#: Key of a forget event fanned out to every partition (a subject or a whole tenant).
+FANOUT_CONVERSATION = "*"
+
+
+class ForgetRequested(Event):
+    """A forget request (topics ``gaama.turns.v1`` → ``gaama.episodes.v1`` → ``gaama.facts.v1``).
+
+    It travels behind every turn produced before it: a conversation's request is keyed like its
+    turns; a subject's or a tenant's is sent to every partition (``partition`` says which, the
+    key's conversation is ``*``) and each stage forwards it to the same partition. Turn topics
+    carry it beside :class:`TurnReceived`; :func:`decode_stream` tells them apart by ``type``.
+    """
+
+    type: Literal["forget"] = "forget"
+    request_id: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{32}$")]
+    tenant: TenantId
+    scope: ForgetScope
+    scope_id: Annotated[str, StringConstraints(max_length=ids.IDENT_MAX)] = ""
+    partition: int | None = None
+    requested_at: Annotated[datetime, Field(strict=False)] = Field(
+        default_factory=lambda: datetime.now(UTC)
+    )
+
+    @field_validator("scope_id")
+    @classmethod
+    def _scope_id(cls, v: str, info: ValidationInfo) -> str:
+        scope = info.data.get("scope")
+        if scope == "conversation":
+            return ids.check_conversation(v)
+        if scope == "subject":
+            if not v:
+                raise ValueError("a subject forget names the subject")
+            return ids.check_subject(v)
+        if v:
+            raise ValueError("a tenant forget takes no scope id")
+        return v
+
+    def key(self) -> bytes:
+        conv = self.scope_id if self.scope == "conversation" else FANOUT_CONVERSATION
+        return conversation_key(self.tenant, conv)
+
+
 class DeadLetter(Event):
     """A message that could not be processed, with the reason (topics ``*.dlq``)."""
 
@@ -208,6 +253,19 @@ def decode(cls: type[E], raw: bytes | str) -> E:
         return cls.model_validate_json(raw)
     except PydanticValidationError as exc:
         raise ValidationError(f"{cls.__name__}: {describe(exc)}") from None
+
+
+def decode_stream(cls: type[E], raw: bytes | str) -> E | ForgetRequested:
+    """A record of a stage's input topic: ``cls`` or a :class:`ForgetRequested` riding along."""
+    probe = raw.encode() if isinstance(raw, str) else raw
+    if b'"forget"' in probe:  # cheap test first: almost every record is a turn or an episode
+        try:
+            data = from_json(probe)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and data.get("type") == "forget":
+            return decode(ForgetRequested, raw)
+    return decode(cls, raw)
 
 
 def describe(exc: PydanticValidationError) -> str:

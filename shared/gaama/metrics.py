@@ -237,3 +237,51 @@ def graph_size_gauge(service: str, registry: CollectorRegistry) -> Gauge:
     for kind in NODE_KINDS:
         g.labels(kind)
     return g
+
+
+FORGET_SCOPES = ("conversation", "subject", "tenant")
+FORGET_OUTCOMES = ("accepted", "unavailable", "invalid", "forbidden")
+
+
+@dataclass
+class ForgetMetrics:
+    """Forget requests (query service: accepted, refused) and cascades (reflect service)."""
+
+    requests: Counter
+    cascade_seconds: Histogram
+    removed: Counter
+    oldest_pending_seconds: Gauge
+
+
+def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
+    m = ForgetMetrics(
+        requests=Counter(
+            f"gaama_{service}_forget_requests_total",
+            "Forget requests by scope and outcome",
+            ["scope", "outcome"],
+            registry=registry,
+        ),
+        cascade_seconds=Histogram(
+            f"gaama_{service}_forget_cascade_seconds",
+            "Time from the last lane's arrival to a forget request being done",
+            registry=registry,
+            buckets=LATENCY_BUCKETS,
+        ),
+        removed=Counter(
+            f"gaama_{service}_forget_removed_total",
+            "Nodes removed by forget cascades, by kind",
+            ["kind"],
+            registry=registry,
+        ),
+        oldest_pending_seconds=Gauge(
+            f"gaama_{service}_forget_oldest_pending_seconds",
+            "Age of the oldest forget request not yet done (0 when none)",
+            registry=registry,
+        ),
+    )
+    for scope in FORGET_SCOPES:
+        for outcome in FORGET_OUTCOMES:
+            m.requests.labels(scope, outcome)
+    for kind in NODE_KINDS:
+        m.removed.labels(kind)
+    return m

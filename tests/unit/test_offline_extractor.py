@@ -146,16 +146,22 @@ async def test_existing_concepts_are_reused() -> None:
     assert "camping_trips" not in {c for f in result.facts for c in f.concepts}
 
 
-async def test_known_facts_are_not_repeated() -> None:
-    first = await _extract()
-    context = ExtractionContext(facts=[])
+async def test_known_facts_are_restated_with_their_new_sources() -> None:
+    """A fact already in memory comes back with the chunk's turn as its source (so the pipeline
+    adds that turn to the fact's provenance, which forgetting relies on); never twice in one
+    chunk."""
     from gaama.extract.types import ContextFact
 
+    first = await _extract()
     context = ExtractionContext(
         facts=[ContextFact(id=str(i), text=f.text) for i, f in enumerate(first.facts)]
     )
     again = await OfflineExtractor().extract(CHUNK, context)
-    assert again.facts == []
+    assert [(f.text, f.source_episode_ids) for f in again.facts] == [
+        (f.text, f.source_episode_ids) for f in first.facts
+    ]
+    texts = [f.text for f in again.facts]
+    assert len(texts) == len(set(texts))
 
 
 async def test_deterministic() -> None:

@@ -308,7 +308,7 @@ class OfflineExtractor:
 
         Args:
             chunk: Consecutive episodes of one conversation.
-            context: Older memory; its concept labels are reused, its fact texts not repeated.
+            context: Older memory; its concept labels are reused.
 
         Returns:
             Facts, episode concepts (episodes with no topic of their own inherit the nearest
@@ -318,7 +318,10 @@ class OfflineExtractor:
         names = list(dict.fromkeys([*speakers, *(ep.speaker for ep in context.episodes)]))
         vocatives = _short_names(names)
         pool: list[str] = list(dict.fromkeys(context.concepts))
-        seen_facts = {_normalise(f.text) for f in context.facts}
+        # Only this chunk's repeats are dropped. A fact already in memory (the context) is
+        # stated again so its new turn becomes one of its sources: provenance stays complete,
+        # which forgetting relies on (a fact lives as long as one of its sources does).
+        seen_facts: set[str] = set()
 
         own: list[list[str]] = []
         for ep in chunk:

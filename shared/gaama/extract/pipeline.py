@@ -21,6 +21,7 @@ import numpy as np
 from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
+from gaama.errors import NodesGone
 from gaama.events import EpisodeStored, FactsExtracted
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
@@ -32,6 +33,9 @@ from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 
 log = logging.getLogger("gaama.extract")
+
+#: Times a chunk is re-extracted when a forget removes its sources mid-way.
+_GONE_RETRIES = 3
 
 
 def word_count(text: str) -> int:
@@ -103,10 +107,18 @@ class ExtractionPipeline:
             log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
             return None
         try:
-            episode_ids = await self.d.chunks.episodes(tenant, conversation)
-            if not episode_ids:
-                return None
-            return await self._extract(tenant, conversation, episode_ids, why)
+            for _ in range(_GONE_RETRIES):
+                episode_ids = await self.d.chunks.episodes(tenant, conversation)
+                if not episode_ids:
+                    return None
+                try:
+                    return await self._extract(tenant, conversation, episode_ids, why)
+                except NodesGone as exc:
+                    # A forget removed some of the chunk's episodes (or a fact it extends) while
+                    # the extractor ran: what was computed from them must not be written.
+                    log.info("chunk %s/%s changed under a forget: %s", tenant, conversation, exc)
+                    await self.d.chunks.remove(tenant, conversation, exc.missing, 0)
+            return None
         finally:
             await self.d.chunks.unlock(tenant, conversation, token)
 
@@ -269,6 +281,7 @@ class ExtractionPipeline:
             edges,
             node_fields=fact_fields,
             also=[close],
+            require=[*chunk_ids, *fact_fields],
         )
         await self.d.chunks.forget_if_empty(tenant, conversation)
         fact_ids = list(dict.fromkeys(f for f in all_fact_ids if f is not None))

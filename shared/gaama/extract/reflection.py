@@ -18,6 +18,7 @@ import numpy as np
 from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
+from gaama.errors import NodesGone
 from gaama.events import FactsExtracted
 from gaama.extract.base import Extractor
 from gaama.extract.pipeline import word_count
@@ -46,7 +47,19 @@ class ReflectionPipeline:
         self.s = deps.settings
 
     async def on_facts(self, ev: FactsExtracted) -> list[str]:
-        """Write reflections for the chunk; returns the ids of reflections written."""
+        """Write reflections for the chunk; returns the ids of reflections written.
+
+        Reflections are written only while every fact they cite exists: a forget that removes
+        one meanwhile makes the chunk be reflected again from the facts that are left.
+        """
+        for _ in range(3):
+            try:
+                return await self._reflect(ev)
+            except NodesGone as exc:
+                log.info("chunk %s: facts forgotten while reflecting (%s)", ev.chunk_id, exc)
+        return []
+
+    async def _reflect(self, ev: FactsExtracted) -> list[str]:
         t = ev.tenant
         mark = f"reflected:{ev.chunk_id}"
         if not ev.new_fact_ids or await self.d.graph.get_state(t, mark) is not None:
@@ -137,7 +150,13 @@ class ReflectionPipeline:
                     )
                 )
                 edges += [Edge(rid, f, EdgeKind.DERIVED_FROM_FACT) for f in facts]
-        await self.d.graph.write(t, written, edges, set_state={mark: "1"})
+        await self.d.graph.write(
+            t,
+            written,
+            edges,
+            set_state={mark: "1"},
+            require=list(dict.fromkeys(e.dst for e in edges)),
+        )
         log.info(
             "chunk %s: %d reflections from %d facts (%s)",
             ev.chunk_id,

@@ -165,3 +165,21 @@ class ChunkStore:
             await self._unlock(
                 keys=[self.keys.state(tenant, "chunklock", conversation)], args=[token]
             )
+
+    async def open_conversations(self, tenant: str) -> list[str]:
+        """Conversations of ``tenant`` with an open chunk."""
+        with store_errors():
+            return [_s(c) for c in await self.redis.zrange(self._open(tenant), 0, -1)]
+
+    async def remove(
+        self, tenant: str, conversation: str, episode_ids: list[str], words: int
+    ) -> None:
+        """Take forgotten episodes out of the open chunk (the caller holds its lock)."""
+        lst, meta = self._k(tenant, conversation)
+        pipe = self.redis.pipeline(transaction=True)
+        for eid in episode_ids:
+            pipe.lrem(lst, 0, eid)
+        pipe.hincrby(meta, "words", -words)
+        with store_errors():
+            await pipe.execute()
+        await self.forget_if_empty(tenant, conversation)

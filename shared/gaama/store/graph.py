@@ -15,11 +15,11 @@ from typing import Any, TypeVar, cast
 import numpy as np
 import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, WatchError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama import ids
-from gaama.errors import ValidationError
+from gaama.errors import NodesGone, ValidationError
 from gaama.ids import kind_of, kind_prefix
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
 
@@ -51,16 +51,23 @@ _TEXT_FIELDS = (
     "sources",
 )
 
-# KEYS: node, chain, adj(new), degree index; ARGV: id, adj-key prefix, weight, then field/value
-# pairs. Returns 1 when the episode was appended, 0 when it already existed (a redelivery).
+# KEYS: node, chain, adj(new), degree index, the tenant's ingest counter; ARGV: id, adj-key
+# prefix, weight, then field/value pairs. Returns 1 when the episode was appended, 0 when it
+# already existed (a redelivery). ``seq`` is the position in the chain (one past the last, so it
+# stays increasing after a forget removed turns); ``iseq`` the tenant-wide ingest order, which a
+# forget request compares with its cut (see gaama.store.forget).
 _APPEND_EPISODE = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local id = ARGV[1]
-local pos = redis.call('ZCARD', KEYS[2])
+local last = redis.call('ZRANGE', KEYS[2], -1, -1, 'WITHSCORES')
+local pos = 0
+if last[2] then pos = tonumber(last[2]) + 1 end
 local fields = {}
 for i = 4, #ARGV do fields[#fields + 1] = ARGV[i] end
 fields[#fields + 1] = 'seq'
 fields[#fields + 1] = tostring(pos)
+fields[#fields + 1] = 'iseq'
+fields[#fields + 1] = tostring(redis.call('INCR', KEYS[5]))
 redis.call('HSET', KEYS[1], unpack(fields))
 -- the tail of the chain is its highest-scored member: no separate tail key to keep in step
 local prev = redis.call('ZRANGE', KEYS[2], -1, -1)[1]
@@ -489,6 +496,7 @@ class GraphStore:
             self.keys.chain(t, conv),
             self.keys.adj(t, node.id),
             self.keys.degrees(t),
+            self.keys.state(t, "iseq"),
         ]
         with store_errors():
             created = await self._append(keys=keys, args=args)
@@ -504,17 +512,62 @@ class GraphStore:
         delete_state: Iterable[str] = (),
         node_fields: Mapping[str, Mapping[str, str]] | None = None,
         also: Iterable[Callable[[Any], None]] = (),
+        require: Sequence[str] = (),
     ) -> None:
         """Upsert nodes and edges, and change pipeline state, in one MULTI/EXEC transaction.
 
         ``node_fields`` sets fields on existing nodes; ``also`` are callbacks queuing further
         commands of the same tenant (e.g. :meth:`ChunkStore.close_ops`) into the transaction.
+        ``require`` names nodes that must still exist: they are WATCHed, and the write happens
+        only if none was deleted (by a forget) before it committed.
+
+        Raises:
+            NodesGone: a required node does not exist (nothing was written).
         """
-        pipe = self.redis.pipeline(transaction=True)
+        if not require:
+            pipe = self.redis.pipeline(transaction=True)
+            await self._queue_write(
+                tenant, pipe, nodes, edges, set_state, delete_state, node_fields, also
+            )
+            with store_errors():
+                await pipe.execute()
+            return
+        keys = [self.keys.node(tenant, n) for n in require]
+        nodes, edges, also = list(nodes), list(edges), list(also)
+        with store_errors():
+            async with self.redis.pipeline(transaction=True) as pipe:
+                while True:
+                    try:
+                        await pipe.watch(*keys)
+                        present = [await pipe.exists(k) for k in keys]
+                        missing = [n for n, ok in zip(require, present, strict=True) if not ok]
+                        if missing:
+                            await pipe.reset()  # type: ignore[no-untyped-call]
+                            raise NodesGone(missing)
+                        pipe.multi()  # type: ignore[no-untyped-call]
+                        await self._queue_write(
+                            tenant, pipe, nodes, edges, set_state, delete_state, node_fields, also
+                        )
+                        await pipe.execute()
+                        return
+                    except WatchError:
+                        continue  # a required node changed: check again
+
+    async def _queue_write(
+        self,
+        tenant: str,
+        pipe: Any,
+        nodes: Iterable[Node],
+        edges: Iterable[Edge],
+        set_state: Mapping[str, str | bytes] | None,
+        delete_state: Iterable[str],
+        node_fields: Mapping[str, Mapping[str, str]] | None,
+        also: Iterable[Callable[[Any], None]],
+    ) -> None:
         for n in nodes:
             if n.tenant != tenant:
                 raise ValidationError(f"node {n.id} belongs to tenant {n.tenant!r}, not {tenant!r}")
-            pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))  # type: ignore[arg-type]
+            pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))
         touched: dict[str, None] = {}
         for e in edges:
             self._check_edge(e)
@@ -535,11 +588,9 @@ class GraphStore:
             pipe.delete(self.keys.state(tenant, name))
         for node_id, fields in (node_fields or {}).items():
             if fields:
-                pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))  # type: ignore[arg-type]
+                pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))
         for queue in also:
             queue(pipe)
-        with store_errors():
-            await pipe.execute()
 
     @staticmethod
     def _check_edge(e: Edge) -> None:

@@ -1,0 +1,115 @@
+-- Forget a batch of episodes and everything derived only from them, atomically.
+--
+-- KEYS[1]  the tenant's degree index (declared: routes the call to the tenant's shard; every
+--          other key shares its hash slot)
+-- ARGV[1]  node key prefix      ARGV[2]  adjacency key prefix
+-- ARGV[3]  chain key prefix     ARGV[4]  reflected-marker key prefix
+-- ARGV[5..] episode ids
+-- Returns {episodes, facts, reflections, concepts} removed.
+--
+-- Per episode: its hash (the vector index document goes with it), its adjacency, every entry
+-- pointing at it, its degree, its place in the chain, its chunk's "reflected" marker. The NEXT
+-- chain is bridged over it (prev -> next), as if the turn had never been sent. A fact loses the
+-- episode from its sources and is removed when none is left; a reflection citing a removed fact
+-- is removed; a concept left with no edge is removed.
+local deg = KEYS[1]
+local nodep, adjp, chainp, reflp = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local call = redis.call
+local doomed = {}
+for i = 5, #ARGV do doomed[ARGV[i]] = true end
+local removed = {0, 0, 0, 0}
+
+local function refresh(n)
+  if call('EXISTS', adjp .. n) == 1 then
+    call('HSET', deg, n, call('HLEN', adjp .. n))
+  else
+    call('HDEL', deg, n)
+  end
+end
+
+-- Delete node n with its adjacency and every entry pointing at it; return {neighbour = entry}.
+local function unlink(n)
+  local flat = call('HGETALL', adjp .. n)
+  local nbs = {}
+  for j = 1, #flat, 2 do
+    local nb = flat[j]
+    nbs[nb] = flat[j + 1]
+    call('HDEL', adjp .. nb, n)
+    refresh(nb)
+  end
+  call('DEL', nodep .. n, adjp .. n)
+  call('HDEL', deg, n)
+  return nbs
+end
+
+local function parse(entry)
+  return string.match(entry, '^([^|]+)|([io])|(.*)$')
+end
+
+local facts, concepts, reflections = {}, {}, {}
+for i = 5, #ARGV do
+  local ep = ARGV[i]
+  if call('EXISTS', nodep .. ep) == 1 then
+    local f = call('HMGET', nodep .. ep, 'conversation', 'chunk')
+    if f[2] then call('DEL', reflp .. f[2]) end
+    if f[1] then call('ZREM', chainp .. f[1], ep) end
+    local prev, nxt, w
+    for nb, entry in pairs(unlink(ep)) do
+      local kind, dir, weight = parse(entry)
+      if kind == 'NEXT' then
+        if dir == 'i' then prev = nb else nxt = nb end
+        w = weight
+      elseif kind == 'DERIVED_FROM' then
+        facts[nb] = true
+      elseif kind == 'HAS_CONCEPT' then
+        concepts[nb] = true
+      end
+    end
+    if prev and nxt then
+      call('HSET', adjp .. prev, nxt, 'NEXT|o|' .. w)
+      call('HSET', adjp .. nxt, prev, 'NEXT|i|' .. w)
+      refresh(prev)
+      refresh(nxt)
+    end
+    removed[1] = removed[1] + 1
+  end
+end
+
+for fact in pairs(facts) do
+  if call('EXISTS', nodep .. fact) == 1 then
+    local raw = call('HGET', nodep .. fact, 'sources') or ''
+    local keep = {}
+    for src in string.gmatch(raw, '[^,]+') do
+      if not doomed[src] and call('EXISTS', nodep .. src) == 1 then keep[#keep + 1] = src end
+    end
+    if #keep == 0 then
+      for nb, entry in pairs(unlink(fact)) do
+        local kind = parse(entry)
+        if kind == 'DERIVED_FROM_FACT' then
+          reflections[nb] = true
+        elseif kind == 'ABOUT_CONCEPT' then
+          concepts[nb] = true
+        end
+      end
+      removed[2] = removed[2] + 1
+    else
+      call('HSET', nodep .. fact, 'sources', table.concat(keep, ','))
+    end
+  end
+end
+
+for r in pairs(reflections) do
+  if call('EXISTS', nodep .. r) == 1 then
+    unlink(r)
+    removed[3] = removed[3] + 1
+  end
+end
+
+for c in pairs(concepts) do
+  if call('EXISTS', nodep .. c) == 1 and call('HLEN', adjp .. c) == 0 then
+    call('DEL', nodep .. c, adjp .. c)
+    call('HDEL', deg, c)
+    removed[4] = removed[4] + 1
+  end
+end
+return removed

@@ -1,0 +1,243 @@
+"""Forgetting through the real handlers of every stage (component tier: in-process, real Redis,
+no broker): zero residue, the surviving graph equal to a run that never saw the forgotten
+turns, shared facts pruned not lost, turns after the request kept, the other tenant untouched,
+and in-flight results of forgotten episodes never written."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from gaama.config import Settings
+from gaama.embed import MiniLMEmbedder
+from gaama.events import TOPIC_TURNS, ForgetRequested, TurnReceived, conversation_key
+from gaama.model import NodeKind
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+from tests.support.stream import Stream, record
+
+pytestmark = pytest.mark.requires_stack
+
+START = datetime(2023, 5, 8, 13, 56, tzinfo=UTC)
+C1 = [
+    ("Caroline", "I went to a LGBTQ support group yesterday and it was so powerful."),
+    ("Melanie", "I painted a lake sunrise last year, painting relaxes me."),
+    ("Caroline", "I'm thinking about adopting a child from the agency in Boston."),
+]
+C2 = [
+    ("Melanie", "My kids love camping. We went camping at the beach last week."),
+    ("Caroline", "I started learning the violin in March and practise every evening."),
+    ("Melanie", "Pottery is my favourite hobby; I made a blue bowl in class."),
+]
+
+
+def turns(tenant: str, conv: str, lines, *, subject: str = "", first: int = 0, eos: bool = True):
+    out = []
+    for i, (speaker, text) in enumerate(lines):
+        out.append(
+            TurnReceived(
+                tenant=tenant,
+                conversation=conv,
+                turn_id=f"D1:{first + i + 1}",
+                speaker=speaker,
+                text=text,
+                timestamp=START + timedelta(minutes=first + i),
+                subject=subject,
+                end_of_session=eos and i == len(lines) - 1,
+            )
+        )
+    return out
+
+
+def as_records(events):
+    return [record(TOPIC_TURNS, conversation_key(e.tenant, e.conversation), e) for e in events]
+
+
+async def forget(stream: Stream, tenant: str, scope: str, scope_id: str) -> ForgetRequested:
+    ev = ForgetRequested(
+        request_id=uuid.uuid4().hex, tenant=tenant, scope=scope, scope_id=scope_id, partition=0
+    )
+    lanes = ["c"] if scope == "conversation" else ["p0"]
+    await stream.forgets.accept(
+        tenant, ev.request_id, scope, scope_id, lanes=lanes, requester="test", now=time.time()
+    )
+    return ev
+
+
+async def dump(graph: GraphStore, tenant: str) -> dict[str, object]:
+    """Every key of the tenant with its content, as text."""
+    out: dict[str, object] = {}
+    r = graph.redis
+    for pattern in graph.keys.tenant_patterns(tenant):
+        async for raw in r.scan_iter(match=pattern, count=500):
+            key = raw.decode()
+            kind = (await r.type(key)).decode()
+            if kind == "hash":
+                value: object = {
+                    k.decode(errors="replace"): v for k, v in (await r.hgetall(key)).items()
+                }
+            elif kind == "zset":
+                value = [m.decode() for m in await r.zrange(key, 0, -1)]
+            elif kind == "list":
+                value = [m.decode() for m in await r.lrange(key, 0, -1)]
+            elif kind == "set":
+                value = sorted(m.decode() for m in await r.smembers(key))
+            else:
+                value = await r.get(key)
+            out[key] = value
+    return out
+
+
+def residue(snapshot: dict[str, object], needles: list[str], vectors: list[bytes]) -> list[str]:
+    found = []
+    for key, value in snapshot.items():
+        text = key + " " + repr(value)
+        found += [f"{n!r} in {key}" for n in needles if n in text]
+        if isinstance(value, dict):
+            found += [f"a forgotten vector in {key}" for v in vectors if v in value.values()]
+    return found
+
+
+async def graph_of(graph: GraphStore, index: VectorIndex, tenant: str):
+    """Episodes and facts with their edges, by content (ids are content hashes already)."""
+    prefix = graph.keys.node(tenant, "")
+    nodes = {}
+    async for raw in graph.redis.scan_iter(match=f"{prefix}*", count=500):
+        node_id = raw.decode()[len(prefix) :]
+        nodes[node_id] = (await graph.get_nodes(tenant, [node_id]))[node_id]
+    adj = await graph.neighbours(tenant, list(nodes))
+    edges = {(n, nb.node, nb.kind.value) for n in nodes for nb in adj.get(n, []) if nb.outgoing}
+    return nodes, edges
+
+
+@pytest.fixture
+def stream(settings: Settings, graph: GraphStore, index: VectorIndex, embedder) -> Stream:
+    return Stream(settings, graph, index, embedder)
+
+
+@pytest.fixture
+async def clean(settings: Settings, graph: GraphStore, embedder: MiniLMEmbedder):
+    """A second world (own key prefix and index) for the run that never saw the turns."""
+    keys = Keys(settings.key_prefix + "clean")
+    s = settings.model_copy(update={"key_prefix": keys.prefix})
+    index = VectorIndex(graph.redis, settings.index_name + "-clean", embedder.dim, keys)
+    await index.ensure()
+    other = GraphStore(graph.redis, keys)
+    yield Stream(s, other, index, embedder), other, index
+    await index.drop()
+
+
+async def test_forgotten_conversation_leaves_nothing_and_the_rest_is_a_clean_run(
+    stream: Stream, graph: GraphStore, index: VectorIndex, clean
+) -> None:
+    await stream.run(as_records(turns("acme", "c1", C1) + turns("acme", "c2", C2)))
+    await stream.run(as_records(turns("other", "c1", C1)))  # another tenant, same content
+    before_other = await dump(graph, "other")
+    forgotten, _ = await graph_of(graph, index, "acme")
+    eps = [n for n in forgotten.values() if n.kind is NodeKind.EPISODE and n.conversation == "c1"]
+    vectors = [(await graph.redis.hget(graph.keys.node("acme", e.id), "embedding")) for e in eps]
+    assert len(eps) == 3 and all(vectors)
+
+    ev = await forget(stream, "acme", "conversation", "c1")
+    assert (await stream.forgets.hidden("acme")).covers("c1", "")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    assert not stream.failures
+
+    status = await stream.forgets.status("acme", ev.request_id)
+    assert status is not None and status.status == "done"
+    assert status.removed["episode"] == 3 and status.removed["fact"] >= 1
+    assert not await stream.forgets.hidden("acme")
+    needles = [e.id for e in eps] + [text for _, text in C1] + ["D1:1\x00"]
+    assert residue(await dump(graph, "acme"), needles, vectors) == []
+    assert await dump(graph, "other") == before_other  # the other tenant is untouched
+
+    # The survivors are exactly what a run that never saw c1 produces.
+    cs, cgraph, cindex = clean
+    await cs.run(as_records(turns("acme", "c2", C2)))
+    got_nodes, got_edges = await graph_of(graph, index, "acme")
+    want_nodes, want_edges = await graph_of(cgraph, cindex, "acme")
+    keep = (NodeKind.EPISODE, NodeKind.FACT)
+    assert {i for i, n in got_nodes.items() if n.kind in keep} == {
+        i for i, n in want_nodes.items() if n.kind in keep
+    }
+    core = {(a, b, k) for a, b, k in want_edges if k in ("NEXT", "DERIVED_FROM")}
+    assert {(a, b, k) for a, b, k in got_edges if k in ("NEXT", "DERIVED_FROM")} == core
+    for n in got_nodes.values():  # no concept without an edge, no reflection citing nothing
+        if n.kind in (NodeKind.CONCEPT, NodeKind.REFLECTION):
+            assert any(a == n.id or b == n.id for a, b, _ in got_edges), n
+
+
+async def test_a_shared_fact_survives_with_pruned_provenance(
+    stream: Stream, graph: GraphStore
+) -> None:
+    shared = ("Melanie", "Pottery is my favourite hobby; I made a blue bowl in class.")
+    await stream.run(as_records(turns("acme", "c1", [*C1, shared]) + turns("acme", "c2", C2)))
+    ev = await forget(stream, "acme", "conversation", "c1")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    nodes = await graph.redis.keys(graph.keys.node("acme", "fa_*"))
+    facts = [await graph.redis.hgetall(k) for k in nodes]
+    bowl = [f for f in facts if b"blue bowl" in f[b"text"]]
+    assert bowl, "the fact both conversations support must survive"
+    eps = await graph.redis.zrange(graph.keys.chain("acme", "c2"), 0, -1)
+    for f in bowl:
+        sources = f[b"sources"].decode().split(",")
+        assert sources and {s.encode() for s in sources} <= set(eps)
+
+
+async def test_turns_after_the_request_are_kept(stream: Stream, graph: GraphStore) -> None:
+    await stream.run(as_records(turns("acme", "c1", C1)))
+    ev = await forget(stream, "acme", "conversation", "c1")
+    later = turns("acme", "c1", C2, first=10)  # the conversation id is reused after the request
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev), *as_records(later)])
+    assert not stream.failures
+    chain = [m.decode() for m in await graph.redis.zrange(graph.keys.chain("acme", "c1"), 0, -1)]
+    kept = await graph.get_nodes("acme", chain)
+    assert sorted(n.turn_id for n in kept.values()) == [f"D1:{i}" for i in (11, 12, 13)]
+    nxt = await graph.neighbours("acme", chain[:1])
+    assert all(nb.node in chain for nb in nxt[chain[0]] if nb.kind.value == "NEXT")
+
+
+async def test_forgetting_a_subject_spans_conversations(stream: Stream, graph: GraphStore) -> None:
+    await stream.run(
+        as_records(
+            turns("acme", "c1", C1[:2], subject="u1", eos=False)
+            + turns("acme", "c1", C1[2:], subject="u2", first=2)
+            + turns("acme", "c2", C2, subject="u1")
+        )
+    )
+    ev = await forget(stream, "acme", "subject", "u1")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    status = await stream.forgets.status("acme", ev.request_id)
+    assert status is not None and status.status == "done" and status.removed["episode"] == 5
+    snapshot = await dump(graph, "acme")
+    gone = [t for _, t in C1[:2] + C2]
+    assert residue(snapshot, gone, []) == []
+    left = [m.decode() for m in await graph.redis.zrange(graph.keys.chain("acme", "c1"), 0, -1)]
+    assert [n.turn_id for n in (await graph.get_nodes("acme", left)).values()] == ["D1:3"]
+
+
+async def test_extraction_of_forgotten_episodes_is_dropped(
+    stream: Stream, graph: GraphStore
+) -> None:
+    """A chunk whose episodes are removed while it is being extracted writes nothing from them
+    (the write is conditional on its sources)."""
+    await stream.run(as_records(turns("acme", "c1", C1, eos=False)))
+    episodes = await stream.chunks.episodes("acme", "c1")
+    real_extract = stream.extract.d.extractor.extract
+
+    async def slow_extract(chunk, context):
+        result = await real_extract(chunk, context)
+        ev = await forget(stream, "acme", "conversation", "c1")  # lands mid-extraction
+        await stream.forgets.cut("acme", ev.request_id, "c")
+        doomed = await stream.forgets.doomed_episodes("acme", "conversation", "c1", {"c": 10**9})
+        await stream.forgets.remove_episodes("acme", doomed)
+        return result
+
+    stream.extract.d.extractor.extract = slow_extract  # type: ignore[method-assign]
+    assert await stream.extract.close("acme", "c1", "idle") is None
+    assert episodes and not await graph.redis.keys(graph.keys.node("acme", "fa_*"))
+    assert not await graph.existing("acme", episodes)
