@@ -8,11 +8,11 @@ Endpoints: ``POST /v1/search``, ``POST /v1/answer``, ``GET /v1/nodes/{id}`` (API
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Annotated
 
-from fastapi import Depends, FastAPI, HTTPException, Request, Response
+from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
@@ -27,6 +27,7 @@ from gaama.errors import (
     ValidationError,
 )
 from gaama.metrics import graph_size_gauge
+from services.query.auth import Tenant
 from services.query.handlers import (
     AnswerRequest,
     AnswerResponse,
@@ -40,12 +41,24 @@ from services.query.handlers import (
     handle_search,
     readiness,
 )
-from services.runtime.auth import Authenticator, AuthError, metrics_allowed
+from services.query.routes import register_memory_routes
+from services.runtime.auth import Authenticator, metrics_allowed
 
 log = logging.getLogger("gaama.query")
 
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
-ENDPOINTS = ("/v1/search", "/v1/answer", "/v1/nodes/{node_id}")
+ENDPOINTS = (
+    "/v1/search",
+    "/v1/answer",
+    "/v1/nodes/{node_id}",
+    "/v1/conversations/{conversation_id}",
+    "/v1/subjects/{subject_id:path}",
+    "/v1/tenant",
+    "/v1/forget/{request_id}",
+    "/v1/memories",
+    "/v1/export",
+    "/v1/audit",
+)
 
 
 def _status(exc: GaamaError) -> int:
@@ -58,20 +71,6 @@ def _status(exc: GaamaError) -> int:
     if isinstance(exc, LLMOutputError):
         return 502
     return 500
-
-
-async def current_tenant(request: Request) -> str:
-    """The tenant of the request's API key (never of its body): 401, 403 or 429 otherwise."""
-    auth: Authenticator = request.app.state.auth
-    address = request.client.host if request.client else ""
-    try:
-        return auth.tenant(request.headers, address)
-    except AuthError as exc:
-        raise HTTPException(exc.status, exc.message, headers=exc.headers() or None) from None
-
-
-# Module level: FastAPI resolves the (postponed) annotations in this module's namespace.
-Tenant = Annotated[str, Depends(current_tenant)]
 
 
 def create_app(
@@ -139,7 +138,8 @@ def create_app(
         metrics.errors.labels(exc.reason).inc()
         if status >= 500 and not isinstance(exc, Unavailable):  # misconfig: not per request
             log.warning("query failed (%s): %s", exc.reason, exc)
-        return JSONResponse({"error": str(exc)}, status)
+        headers = {"Retry-After": "5"} if isinstance(exc, RetryableError) else None
+        return JSONResponse({"error": str(exc)}, status, headers=headers)
 
     @app.post("/v1/search", response_model=SearchResponse)
     async def search(body: SearchRequest, tenant: Tenant) -> SearchResponse:
@@ -156,6 +156,8 @@ def create_app(
         """One node of the caller's tenant with its neighbours; 404 for any other id."""
         return await handle_node(node_id, tenant, deps)
 
+    register_memory_routes(app, deps)
+
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
         if not metrics_allowed(request.headers, deps.settings):
@@ -168,6 +170,10 @@ def create_app(
             for kind, n in (await deps.index.count()).items():
                 if kind != "entity":
                     gauge.labels(kind).set(n)
+            if deps.forget is not None:
+                oldest = await deps.forget.forgets.oldest_pending()
+                age = 0.0 if oldest is None else max(0.0, time.time() - oldest)
+                deps.forget.metrics.oldest_pending_seconds.set(age)
         except (RedisError, OSError, StoreUnavailable) as exc:
             log.debug("graph size not refreshed: %s", exc)  # the scrape still succeeds
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -22,10 +22,12 @@ from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
 from gaama.retrieval.limits import check_request
-from gaama.retrieval.pack import Item
+from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
+from gaama.store.forget import ForgetStore, Hidden
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
+from services.query.memories import ForgetDeps, visible
 
 log = logging.getLogger("gaama.query")
 
@@ -163,7 +165,14 @@ class QueryDeps:
     metrics: QueryMetrics
     #: Builds the answerer on first use, so the LLM module is imported only when needed.
     answerer_factory: Callable[[], Answerer] | None = None
+    #: Forget requests (hide markers, status) and the producer that publishes them; reads hide
+    #: pending scopes whenever ``forgets`` is set.
+    forgets: ForgetStore | None = None
+    forget: ForgetDeps | None = None
     _answerer: Answerer | None = field(default=None, init=False)
+
+    async def hidden(self, tenant: str) -> Hidden:
+        return await self.forgets.hidden(tenant) if self.forgets is not None else Hidden()
 
     def answerer(self) -> Answerer:
         if not self.settings.llm_enabled:
@@ -214,7 +223,7 @@ async def _retrieve(
         raise ValidationError(f"the query has {len(query)} characters; at most {limit} allowed")
     check_request(s.limits, s.retrieval, k=k, budget=req.budget, params=req.params)
     scope = req.scope
-    return await deps.retriever.search(
+    result = await deps.retriever.search(
         tenant,
         query,
         mode=req.mode,
@@ -224,6 +233,11 @@ async def _retrieve(
         conversation=scope.conversation if scope else None,
         params=req.params,
     )
+    hidden = await deps.hidden(tenant)
+    if hidden:
+        result.memory = await visible(deps.graph, tenant, hidden, result.memory)
+        result.ranked = await visible(deps.graph, tenant, hidden, result.ranked)
+    return result
 
 
 async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> SearchResponse:
@@ -264,6 +278,16 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
     """
     nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
     node = nodes.get(node_id)
+    if node is not None and (hidden := await deps.hidden(tenant)):
+        sources = [s for s in node.extra.get("sources", "").split(",") if s]
+        item = Item(
+            id=node.id,
+            kind=node.kind,
+            conversation=node.conversation,
+            provenance=[Provenance(s, "") for s in sources],
+        )
+        if not await visible(deps.graph, tenant, hidden, [item]):
+            node = None  # a pending forget covers it: as if it were gone already
     if node is None:
         raise NotFound(f"node {ids.preview(node_id)} not found")
     adjacency = (await deps.graph.neighbours(tenant, [node_id])).get(node_id, [])

@@ -21,10 +21,13 @@ from prometheus_client import CollectorRegistry
 from gaama.config import Settings, load_settings
 from gaama.embed import build_embedder
 from gaama.errors import GaamaError
-from gaama.metrics import embed_metrics, llm_metrics, query_metrics
+from gaama.metrics import embed_metrics, forget_metrics, llm_metrics, query_metrics
 from gaama.retrieval.search import Retriever
+from gaama.store.forget import ForgetStore
 from services.query.app import create_app
 from services.query.handlers import Answerer, QueryDeps
+from services.query.memories import ForgetDeps
+from services.runtime.producer import EventProducer
 from services.runtime.bootstrap import connect_stores
 
 log = logging.getLogger("gaama.query")
@@ -56,6 +59,11 @@ def build(settings: Settings) -> FastAPI:
     embedder = build_embedder(settings, embed_metrics("query", registry))
     stores = connect_stores(settings, embedder.dim)  # creates the index if missing
     owned: list[Any] = []
+    forgets = ForgetStore(stores.redis, stores.graph.keys)
+    producer = EventProducer(settings)  # started on the first forget request
+    owned.append(producer)
+    fm = forget_metrics("query", registry)
+    fm.pending_limit_seconds.set(settings.forget_pending_alert_s)
     deps = QueryDeps(
         settings=settings,
         graph=stores.graph,
@@ -63,6 +71,8 @@ def build(settings: Settings) -> FastAPI:
         retriever=Retriever(stores.graph, stores.index, embedder, settings, metrics=metrics),
         metrics=metrics,
         answerer_factory=answerer_factory(settings, registry, owned),
+        forgets=forgets,
+        forget=ForgetDeps(forgets, producer, fm),
     )
 
     @asynccontextmanager

@@ -27,6 +27,7 @@ from gaama.config import (
     ApiKey,
     Settings,
     check_key_tenants,
+    hash_api_key,
     load_key_file,
     match_key,
 )
@@ -150,7 +151,11 @@ class Authenticator:
         self.throttle = FailureThrottle(settings.auth_fail_limit, settings.auth_fail_window_s)
 
     def tenant(self, headers: Mapping[str, str], address: str) -> str:
-        """The tenant of the request's API key.
+        """The tenant of the request's API key (see :meth:`principal`)."""
+        return self.principal(headers, address).tenant
+
+    def principal(self, headers: Mapping[str, str], address: str) -> ApiKey:
+        """The key entry of the request's API key.
 
         Raises:
             AuthError: 429 (too many failures from ``address``), 401 (missing, oversized or
@@ -172,7 +177,22 @@ class Authenticator:
             raise AuthError(401, "unknown API key")
         if entry.disabled:
             raise AuthError(403, "this API key is disabled")
-        return entry.tenant
+        return entry
+
+    def require_admin(self, headers: Mapping[str, str], address: str, settings: Settings) -> None:
+        """Check the request's ``X-Admin-Key`` against ``GAAMA_ADMIN_KEYS`` (constant time).
+
+        Raises:
+            AuthError: 403 without a valid admin key (a failed attempt counts like a bad key).
+        """
+        key = headers.get("x-admin-key") or headers.get("X-Admin-Key") or ""
+        digest = hash_api_key(key) if 0 < len(key) <= API_KEY_MAX else ""
+        ok = False
+        for allowed in settings.admin_keys:
+            ok |= hmac.compare_digest(allowed, digest)
+        if not ok:
+            self.throttle.failed(address)
+            raise AuthError(403, "this needs an admin key in X-Admin-Key (GAAMA_ADMIN_KEYS)")
 
 
 def metrics_allowed(headers: Mapping[str, str], settings: Settings) -> bool:

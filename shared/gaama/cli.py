@@ -1,4 +1,5 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``."""
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``,
+``gaama forget|memories|export|audit``."""
 
 from __future__ import annotations
 
@@ -73,7 +74,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gaama import demo, devstack
+    from gaama import cli_memory, demo, devstack
 
     p = argparse.ArgumentParser(prog="gaama", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -104,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     migrate.set_defaults(func=_migrate)
 
     demo.register(sub)
+    cli_memory.register(sub)
     return p
 
 

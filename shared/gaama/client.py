@@ -1,7 +1,8 @@
 """HTTP clients of the GAAMA services: :class:`GaamaClient` (sync) and :class:`AsyncGaamaClient`.
 
-Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``) and to the
-ingest service (``POST /v1/turns``), authenticating with ``Authorization: Bearer <key>``. A 4xx or
+Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``, forget,
+list, export and audit) and to the ingest service (``POST /v1/turns``), authenticating with
+``Authorization: Bearer <key>``. A 4xx or
 5xx answer raises :class:`GaamaAPIError` carrying the status and the server's message.
 
 Example::
@@ -14,8 +15,10 @@ Example::
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping, Sequence
+import json
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
@@ -85,6 +88,22 @@ def _retrieval_body(
     if params:
         body["params"] = dict(params)
     return body
+
+
+def _segment(value: str) -> str:
+    """A caller's id as one URL path segment (ids may hold spaces, ``%``, any script)."""
+    return quote(value, safe="")
+
+
+def _list_params(
+    conversation: str | None, subject: str | None, kind: str | None, cursor: str | None, limit: int
+) -> dict[str, Any]:
+    given = {"conversation": conversation, "subject": subject, "kind": kind, "cursor": cursor}
+    return {"limit": limit, **{k: v for k, v in given.items() if v is not None}}
+
+
+def _forget_path(scope: Literal["conversation", "subject"], scope_id: str) -> str:
+    return f"/v1/{scope}s/{_segment(scope_id)}"
 
 
 def _turns_body(turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> JSON:
@@ -158,6 +177,49 @@ class GaamaClient:
         resp = self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
 
+    def forget(self, scope: Literal["conversation", "subject"], scope_id: str) -> str:
+        """``DELETE /v1/conversations/{id}`` or ``/v1/subjects/{id}``; returns the request id.
+        The scope disappears from reads at once; :meth:`forget_status` says when it is gone."""
+        return str(_json(self._http.delete(_forget_path(scope, scope_id)))["request_id"])
+
+    def forget_tenant(self, admin_key: str) -> str:
+        """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
+        resp = self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
+        return str(_json(resp)["request_id"])
+
+    def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{id}``: ``{status: pending|done, removed: {kind: n}, ...}``."""
+        return _json(self._http.get(f"/v1/forget/{_segment(request_id)}"))
+
+    def memories(
+        self,
+        *,
+        conversation: str | None = None,
+        subject: str | None = None,
+        kind: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> JSON:
+        """``GET /v1/memories``: ``{items, next_cursor}`` in time order."""
+        params = _list_params(conversation, subject, kind, cursor, limit)
+        return _json(self._http.get("/v1/memories", params=params))
+
+    def export(self, subject: str) -> Iterator[JSON]:
+        """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
+        with self._http.stream("GET", "/v1/export", params={"subject": subject}) as resp:
+            if resp.status_code >= 400:
+                resp.read()
+                _raise_for_status(resp)
+            for line in resp.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    def audit(self, limit: int = 100) -> list[JSON]:
+        """``GET /v1/audit``: the tenant's forget audit log, newest first."""
+        resp = self._http.get("/v1/audit", params={"limit": limit})
+        _raise_for_status(resp)
+        return list(resp.json())
+
     def close(self) -> None:
         self._http.close()
 
@@ -224,6 +286,48 @@ class AsyncGaamaClient:
             raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
         resp = await self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
+
+    async def forget(self, scope: Literal["conversation", "subject"], scope_id: str) -> str:
+        """``DELETE /v1/conversations/{id}`` or ``/v1/subjects/{id}``; returns the request id."""
+        return str(_json(await self._http.delete(_forget_path(scope, scope_id)))["request_id"])
+
+    async def forget_tenant(self, admin_key: str) -> str:
+        """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
+        resp = await self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
+        return str(_json(resp)["request_id"])
+
+    async def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{id}``: ``{status: pending|done, removed: {kind: n}, ...}``."""
+        return _json(await self._http.get(f"/v1/forget/{_segment(request_id)}"))
+
+    async def memories(
+        self,
+        *,
+        conversation: str | None = None,
+        subject: str | None = None,
+        kind: str | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> JSON:
+        """``GET /v1/memories``: ``{items, next_cursor}`` in time order."""
+        params = _list_params(conversation, subject, kind, cursor, limit)
+        return _json(await self._http.get("/v1/memories", params=params))
+
+    async def export(self, subject: str) -> AsyncIterator[JSON]:
+        """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
+        async with self._http.stream("GET", "/v1/export", params={"subject": subject}) as resp:
+            if resp.status_code >= 400:
+                await resp.aread()
+                _raise_for_status(resp)
+            async for line in resp.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
+    async def audit(self, limit: int = 100) -> list[JSON]:
+        """``GET /v1/audit``: the tenant's forget audit log, newest first."""
+        resp = await self._http.get("/v1/audit", params={"limit": limit})
+        _raise_for_status(resp)
+        return list(resp.json())
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -10,13 +10,14 @@ import hashlib
 import hmac
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     field_validator,
     model_validator,
@@ -206,6 +207,12 @@ class Settings(BaseSettings):
     # Failed authentications allowed per client address and window before 429.
     auth_fail_limit: int = Field(20, ge=1, le=100000)
     auth_fail_window_s: float = Field(60.0, ge=1, le=86400)
+    # SHA-256 digests of admin keys: forgetting a whole tenant needs one (X-Admin-Key).
+    admin_keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]] = Field(
+        default_factory=list
+    )
+    # A forget request pending longer than this is reported (metric, alert GaamaForgetPending).
+    forget_pending_alert_s: float = Field(3600.0, gt=0, le=30 * 86400)
     # When set, /metrics answers only to "Authorization: Bearer <token>".
     metrics_token: SecretStr | None = None
     # OpenAPI document and its /docs and /redoc pages.

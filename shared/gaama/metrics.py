@@ -251,6 +251,7 @@ class ForgetMetrics:
     cascade_seconds: Histogram
     removed: Counter
     oldest_pending_seconds: Gauge
+    pending_limit_seconds: Gauge
 
 
 def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
@@ -276,6 +277,11 @@ def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
         oldest_pending_seconds=Gauge(
             f"gaama_{service}_forget_oldest_pending_seconds",
             "Age of the oldest forget request not yet done (0 when none)",
+            registry=registry,
+        ),
+        pending_limit_seconds=Gauge(
+            f"gaama_{service}_forget_pending_limit_seconds",
+            "How long a forget request may stay pending (GAAMA_FORGET_PENDING_ALERT_S)",
             registry=registry,
         ),
     )

@@ -184,6 +184,49 @@ class VectorIndex:
             )
         return hits
 
+    async def scan(
+        self,
+        tenant: str,
+        *,
+        kinds: Sequence[NodeKind],
+        conversation: str | None = None,
+        subject: str | None = None,
+        time_min: float | None = None,
+        time_max: float | None = None,
+        min_exclusive: bool = False,
+        limit: int | None,
+        fields: Sequence[str] = (),
+    ) -> list[tuple[str, NodeKind, dict[str, str]]]:
+        """Nodes of ``tenant`` matching the filters in time order (no vector involved): ``(id,
+        kind, stored fields asked for)``. ``limit=None`` reads every match, a page at a time."""
+        q = f"@{TAG_FIELDS['tenant']}:{{{ids.tag(tenant)}}}"
+        q += " @kind:{" + "|".join(k.value for k in kinds) + "}"
+        if conversation:
+            q += f" @{TAG_FIELDS['conversation']}:{{{ids.tag(conversation)}}}"
+        if subject:
+            q += f" @{TAG_FIELDS['subject']}:{{{ids.tag(subject)}}}"
+        if time_min is not None or time_max is not None:
+            lo = "-inf" if time_min is None else f"{'(' if min_exclusive else ''}{time_min!r}"
+            hi = "+inf" if time_max is None else repr(time_max)
+            q += f" @time:[{lo} {hi}]"
+        returned = ["kind", "time", *(f for f in fields if f not in ("kind", "time"))]
+        out: list[tuple[str, NodeKind, dict[str, str]]] = []
+        page = 1000 if limit is None else limit
+        offset = 0
+        while True:
+            args: list[Any] = ["FT.SEARCH", self.name, q, "RETURN", len(returned), *returned]
+            args += ["SORTBY", "time", "ASC", "LIMIT", offset, page, "DIALECT", 2]
+            with store_errors():
+                reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
+            docs = _documents(reply)
+            for key, row in docs:
+                kind = row.get("kind", "")
+                if kind:
+                    out.append((self.keys.id_from_node_key(key), NodeKind(kind), row))
+            if limit is not None or len(docs) < page:
+                return out
+            offset += page
+
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
         out = {}
