@@ -1,7 +1,9 @@
 """HTTP clients of the GAAMA services: :class:`GaamaClient` (sync) and :class:`AsyncGaamaClient`.
 
-Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``) and to the
-ingest service (``POST /v1/turns``), authenticating with ``Authorization: Bearer <key>``. A 4xx or
+Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``,
+``/v1/memories``, forgetting: ``DELETE /v1/conversations/{id}``, ``DELETE /v1/subjects/{id}``,
+``GET /v1/forget/{request_id}``) and to the ingest service (``POST /v1/turns``), authenticating
+with ``Authorization: Bearer <key>``. A 4xx or
 5xx answer raises :class:`GaamaAPIError` carrying the status and the server's message.
 
 Example::
@@ -16,12 +18,14 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
+from urllib.parse import quote
 
 import httpx
 
 from gaama.errors import GaamaError
 
 Mode = Literal["gaama", "semantic", "ppr"]
+MemoryKind = Literal["episode", "fact", "reflection", "concept"]
 JSON = dict[str, Any]
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
 
@@ -93,6 +97,34 @@ def _turns_body(turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> JSON:
     return {"turns": [dict(t) for t in turns]}
 
 
+def _memories_params(
+    conversation: str | None,
+    subject: str | None,
+    kind: MemoryKind | None,
+    cursor: str | None,
+    limit: int,
+) -> dict[str, str | int]:
+    params: dict[str, str | int] = {"limit": limit}
+    for name, value in (
+        ("conversation", conversation),
+        ("subject", subject),
+        ("kind", kind),
+        ("cursor", cursor),
+    ):
+        if value is not None:
+            params[name] = value
+    return params
+
+
+def _segment(value: str) -> str:
+    """One path segment: an id may hold ``/``, ``?``, ``#`` or ``%``; none may reshape the URL."""
+    return quote(value, safe="")
+
+
+def _request_id(resp: httpx.Response) -> str:
+    return str(_json(resp)["request_id"])
+
+
 class GaamaClient:
     """Blocking client.
 
@@ -157,6 +189,33 @@ class GaamaClient:
             raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
         resp = self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
+
+    def memories(
+        self,
+        *,
+        conversation: str | None = None,
+        subject: str | None = None,
+        kind: MemoryKind | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> JSON:
+        """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
+        as ``cursor`` for the next page (``None`` when there is none)."""
+        params = _memories_params(conversation, subject, kind, cursor, limit)
+        return _json(self._http.get("/v1/memories", params=params))
+
+    def forget_conversation(self, conversation: str) -> str:
+        """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
+        in the background; returns the request id for :meth:`forget_status`."""
+        return _request_id(self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+
+    def forget_subject(self, subject: str) -> str:
+        """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
+        return _request_id(self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+
+    def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
+        return _json(self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     def close(self) -> None:
         self._http.close()
@@ -224,6 +283,33 @@ class AsyncGaamaClient:
             raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
         resp = await self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
+
+    async def memories(
+        self,
+        *,
+        conversation: str | None = None,
+        subject: str | None = None,
+        kind: MemoryKind | None = None,
+        cursor: str | None = None,
+        limit: int = 50,
+    ) -> JSON:
+        """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
+        as ``cursor`` for the next page (``None`` when there is none)."""
+        params = _memories_params(conversation, subject, kind, cursor, limit)
+        return _json(await self._http.get("/v1/memories", params=params))
+
+    async def forget_conversation(self, conversation: str) -> str:
+        """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
+        in the background; returns the request id for :meth:`forget_status`."""
+        return _request_id(await self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+
+    async def forget_subject(self, subject: str) -> str:
+        """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
+        return _request_id(await self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+
+    async def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
+        return _json(await self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     async def aclose(self) -> None:
         await self._http.aclose()
