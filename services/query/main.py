@@ -27,8 +27,8 @@ from gaama.store.forget import ForgetStore
 from services.query.app import create_app
 from services.query.handlers import Answerer, QueryDeps
 from services.query.memories import ForgetDeps
-from services.runtime.producer import EventProducer
 from services.runtime.bootstrap import connect_stores
+from services.runtime.producer import EventProducer
 
 log = logging.getLogger("gaama.query")
 

@@ -1,9 +1,10 @@
 """The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``,
-``gaama forget|memories|export|audit``."""
+``gaama forget|memories|export|audit``, ``gaama mcp``."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from pathlib import Path
@@ -73,6 +74,14 @@ def _migrate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _mcp(_: argparse.Namespace) -> int:
+    """Become the MCP gateway's stdio server (``services.mcp``): the process is replaced, so the
+    host's stdin/stdout are the protocol channel and the core imports no service."""
+    sys.stdout.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "services.mcp.main", "--stdio"])
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gaama import cli_memory, demo, devstack
 
@@ -103,6 +112,13 @@ def build_parser() -> argparse.ArgumentParser:
         "then roll the services to NAME, run again, and drop the old index)",
     )
     migrate.set_defaults(func=_migrate)
+
+    mcp = sub.add_parser(
+        "mcp",
+        help="an MCP server over stdio for desktop hosts (GAAMA_API_KEY, GAAMA_QUERY_URL, "
+        "GAAMA_INGEST_URL; README: 'Use it from an MCP host')",
+    )
+    mcp.set_defaults(func=_mcp)
 
     demo.register(sub)
     cli_memory.register(sub)

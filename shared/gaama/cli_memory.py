@@ -36,7 +36,8 @@ def _forget(args: argparse.Namespace) -> int:
         else:
             if not args.id:
                 raise ConfigError(f"gaama forget {args.scope} needs the {args.scope}'s id")
-            rid = c.forget(args.scope, args.id)
+            forget = c.forget_conversation if args.scope == "conversation" else c.forget_subject
+            rid = forget(args.id)
         print(f"# forget request {rid} accepted; the scope is hidden from reads", file=sys.stderr)
         status = c.forget_status(rid)
         deadline = time.monotonic() + args.wait

@@ -1,8 +1,9 @@
 """HTTP clients of the GAAMA services: :class:`GaamaClient` (sync) and :class:`AsyncGaamaClient`.
 
-Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``, forget,
-list, export and audit) and to the ingest service (``POST /v1/turns``), authenticating with
-``Authorization: Bearer <key>``. A 4xx or
+Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``,
+``/v1/memories``, ``/v1/export``, ``/v1/audit``, forgetting: ``DELETE /v1/conversations/{id}``,
+``DELETE /v1/subjects/{id}``, ``DELETE /v1/tenant``, ``GET /v1/forget/{request_id}``) and to the
+ingest service (``POST /v1/turns``), authenticating with ``Authorization: Bearer <key>``. A 4xx or
 5xx answer raises :class:`GaamaAPIError` carrying the status and the server's message.
 
 Example::
@@ -25,6 +26,7 @@ import httpx
 from gaama.errors import GaamaError
 
 Mode = Literal["gaama", "semantic", "ppr"]
+MemoryKind = Literal["episode", "fact", "reflection", "concept"]
 JSON = dict[str, Any]
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
 
@@ -90,26 +92,38 @@ def _retrieval_body(
     return body
 
 
-def _segment(value: str) -> str:
-    """A caller's id as one URL path segment (ids may hold spaces, ``%``, any script)."""
-    return quote(value, safe="")
-
-
-def _list_params(
-    conversation: str | None, subject: str | None, kind: str | None, cursor: str | None, limit: int
-) -> dict[str, Any]:
-    given = {"conversation": conversation, "subject": subject, "kind": kind, "cursor": cursor}
-    return {"limit": limit, **{k: v for k, v in given.items() if v is not None}}
-
-
-def _forget_path(scope: Literal["conversation", "subject"], scope_id: str) -> str:
-    return f"/v1/{scope}s/{_segment(scope_id)}"
-
-
 def _turns_body(turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> JSON:
     if isinstance(turns, Mapping):
         return {"turns": [dict(turns)]}
     return {"turns": [dict(t) for t in turns]}
+
+
+def _memories_params(
+    conversation: str | None,
+    subject: str | None,
+    kind: MemoryKind | None,
+    cursor: str | None,
+    limit: int,
+) -> dict[str, str | int]:
+    params: dict[str, str | int] = {"limit": limit}
+    for name, value in (
+        ("conversation", conversation),
+        ("subject", subject),
+        ("kind", kind),
+        ("cursor", cursor),
+    ):
+        if value is not None:
+            params[name] = value
+    return params
+
+
+def _segment(value: str) -> str:
+    """One path segment: an id may hold ``/``, ``?``, ``#`` or ``%``; none may reshape the URL."""
+    return quote(value, safe="")
+
+
+def _request_id(resp: httpx.Response) -> str:
+    return str(_json(resp)["request_id"])
 
 
 class GaamaClient:
@@ -177,32 +191,37 @@ class GaamaClient:
         resp = self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
 
-    def forget(self, scope: Literal["conversation", "subject"], scope_id: str) -> str:
-        """``DELETE /v1/conversations/{id}`` or ``/v1/subjects/{id}``; returns the request id.
-        The scope disappears from reads at once; :meth:`forget_status` says when it is gone."""
-        return str(_json(self._http.delete(_forget_path(scope, scope_id)))["request_id"])
-
     def forget_tenant(self, admin_key: str) -> str:
         """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
         resp = self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
         return str(_json(resp)["request_id"])
-
-    def forget_status(self, request_id: str) -> JSON:
-        """``GET /v1/forget/{id}``: ``{status: pending|done, removed: {kind: n}, ...}``."""
-        return _json(self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     def memories(
         self,
         *,
         conversation: str | None = None,
         subject: str | None = None,
-        kind: str | None = None,
+        kind: MemoryKind | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> JSON:
-        """``GET /v1/memories``: ``{items, next_cursor}`` in time order."""
-        params = _list_params(conversation, subject, kind, cursor, limit)
+        """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
+        as ``cursor`` for the next page (``None`` when there is none)."""
+        params = _memories_params(conversation, subject, kind, cursor, limit)
         return _json(self._http.get("/v1/memories", params=params))
+
+    def forget_conversation(self, conversation: str) -> str:
+        """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
+        in the background; returns the request id for :meth:`forget_status`."""
+        return _request_id(self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+
+    def forget_subject(self, subject: str) -> str:
+        """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
+        return _request_id(self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+
+    def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
+        return _json(self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     def export(self, subject: str) -> Iterator[JSON]:
         """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
@@ -287,31 +306,37 @@ class AsyncGaamaClient:
         resp = await self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
         return list(_json(resp).get("episode_ids", []))
 
-    async def forget(self, scope: Literal["conversation", "subject"], scope_id: str) -> str:
-        """``DELETE /v1/conversations/{id}`` or ``/v1/subjects/{id}``; returns the request id."""
-        return str(_json(await self._http.delete(_forget_path(scope, scope_id)))["request_id"])
-
     async def forget_tenant(self, admin_key: str) -> str:
         """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
         resp = await self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
         return str(_json(resp)["request_id"])
-
-    async def forget_status(self, request_id: str) -> JSON:
-        """``GET /v1/forget/{id}``: ``{status: pending|done, removed: {kind: n}, ...}``."""
-        return _json(await self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     async def memories(
         self,
         *,
         conversation: str | None = None,
         subject: str | None = None,
-        kind: str | None = None,
+        kind: MemoryKind | None = None,
         cursor: str | None = None,
         limit: int = 50,
     ) -> JSON:
-        """``GET /v1/memories``: ``{items, next_cursor}`` in time order."""
-        params = _list_params(conversation, subject, kind, cursor, limit)
+        """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
+        as ``cursor`` for the next page (``None`` when there is none)."""
+        params = _memories_params(conversation, subject, kind, cursor, limit)
         return _json(await self._http.get("/v1/memories", params=params))
+
+    async def forget_conversation(self, conversation: str) -> str:
+        """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
+        in the background; returns the request id for :meth:`forget_status`."""
+        return _request_id(await self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+
+    async def forget_subject(self, subject: str) -> str:
+        """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
+        return _request_id(await self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+
+    async def forget_status(self, request_id: str) -> JSON:
+        """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
+        return _json(await self._http.get(f"/v1/forget/{_segment(request_id)}"))
 
     async def export(self, subject: str) -> AsyncIterator[JSON]:
         """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""

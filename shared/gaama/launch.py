@@ -24,6 +24,8 @@ from gaama.devstack import free_port
 from gaama.errors import GaamaError
 
 SERVICES = ("ingest", "extract", "reflect", "query")
+#: Services that ``ServiceProcess`` can also start, but that ``gaama demo`` does not run.
+GATEWAYS = ("mcp",)
 
 
 class ServiceError(GaamaError):
@@ -50,7 +52,7 @@ class ServiceProcess:
     """One service on a port of its own (a free one unless given).
 
     Args:
-        name: ``ingest``, ``extract``, ``reflect`` or ``query``.
+        name: ``ingest``, ``extract``, ``reflect``, ``query`` or ``mcp``.
         settings: Whose namespace and servers the service uses.
         log_dir: Where ``<name>-<port>.log`` goes.
         port: The HTTP port; a free one by default.
@@ -69,8 +71,9 @@ class ServiceProcess:
         inherit: bool = False,
         extra: Mapping[str, str] | None = None,
     ) -> None:
-        if name not in SERVICES:
-            raise ServiceError(f"unknown service {name!r}; one of {', '.join(SERVICES)}")
+        if name not in (*SERVICES, *GATEWAYS):
+            known = ", ".join((*SERVICES, *GATEWAYS))
+            raise ServiceError(f"unknown service {name!r}; one of {known}")
         self.name = name
         self.port = port or free_port()
         log_dir.mkdir(parents=True, exist_ok=True)

@@ -291,3 +291,53 @@ def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
     for kind in NODE_KINDS:
         m.removed.labels(kind)
     return m
+
+
+#: Why an MCP tool call failed (``gaama_mcp_tool_errors_total{reason}``).
+MCP_ERROR_REASONS = (
+    "invalid",  # arguments refused by the tool's schema or by the REST API (400/413/422)
+    "unauthorized",  # 401/403 from the REST API
+    "not_found",  # 404
+    "throttled",  # 429
+    "unavailable",  # 503, connection refused, a service down
+    "timeout",
+    "upstream",  # another error status from the REST API
+    "unknown_tool",
+    "internal",  # a bug in the gateway (logged with its traceback)
+)
+
+
+@dataclass
+class McpMetrics:
+    calls: Counter
+    errors: Counter
+    seconds: Histogram
+
+
+def mcp_metrics(registry: CollectorRegistry, tools: Sequence[str]) -> McpMetrics:
+    """Per-tool calls, errors by reason and latency of the MCP gateway. A call naming no known
+    tool is counted under ``tool="unknown"`` so a caller cannot grow the label set."""
+    m = McpMetrics(
+        calls=Counter(
+            "gaama_mcp_tool_calls_total", "Tool calls by tool", ["tool"], registry=registry
+        ),
+        errors=Counter(
+            "gaama_mcp_tool_errors_total",
+            "Tool calls that ended in a tool error, by tool and reason",
+            ["tool", "reason"],
+            registry=registry,
+        ),
+        seconds=Histogram(
+            "gaama_mcp_tool_seconds",
+            "Tool call latency by tool (REST round trips included)",
+            ["tool"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        ),
+    )
+    for tool in (*tools, "unknown"):
+        m.calls.labels(tool)
+        m.seconds.labels(tool)
+        for reason in MCP_ERROR_REASONS:
+            m.errors.labels(tool, reason)
+    return m

@@ -39,6 +39,8 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 
 from gaama import metrics as gm
 from gaama.config import Settings, load_settings
+from services.mcp.app import TOOLS as MCP_TOOLS
+from services.mcp.settings import McpSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -50,6 +52,9 @@ DASHBOARD = ROOT / "deploy" / "grafana" / "dashboards" / "gaama.json"
 OPERATIONS = ROOT / "docs" / "operations.md"
 
 SERVICES = ("ingest", "extract", "reflect", "query")
+#: Deployed beside the services, reaching the stack only through their REST API.
+GATEWAYS = ("mcp",)
+DEPLOYED = (*SERVICES, *GATEWAYS)
 CONSUMERS = {  # service -> the topic it consumes (its consumer group is gaama-<service>)
     "ingest": "gaama.turns.v1",
     "extract": "gaama.episodes.v1",
@@ -80,6 +85,7 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.embed_metrics("query", r),
         lambda r: gm.graph_size_gauge("query", r),
     ],
+    "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS)],
 }
 # Series that do not come from our code, each with where it comes from.
 EXTERNAL_METRICS = {
@@ -351,9 +357,9 @@ def validate_object(obj: dict[str, Any], version: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_target_renders_and_validates(render: Callable[[str], list[dict]], target: str) -> None:
     objs = render(target)
-    assert set(by_name(objs, "Deployment")) == {f"gaama-{s}" for s in SERVICES}
-    assert set(by_name(objs, "Service")) == {f"gaama-{s}" for s in SERVICES}
-    assert set(by_name(objs, "PodDisruptionBudget")) == {f"gaama-{s}" for s in SERVICES}
+    assert set(by_name(objs, "Deployment")) == {f"gaama-{s}" for s in DEPLOYED}
+    assert set(by_name(objs, "Service")) == {f"gaama-{s}" for s in DEPLOYED}
+    assert set(by_name(objs, "PodDisruptionBudget")) == {f"gaama-{s}" for s in DEPLOYED}
     assert of_kind(objs, "ServiceMonitor") and of_kind(objs, "PrometheusRule")
     errors = []
     for version in K8S_VERSIONS:
@@ -469,7 +475,7 @@ def test_every_container_is_hardened(render: Callable[[str], list[dict]], target
 @pytest.mark.parametrize("target", TARGETS)
 def test_containers_run_their_service(render: Callable[[str], list[dict]], target: str) -> None:
     for service, dep in (
-        (s, by_name(render(target), "Deployment")[f"gaama-{s}"]) for s in SERVICES
+        (s, by_name(render(target), "Deployment")[f"gaama-{s}"]) for s in DEPLOYED
     ):
         (c,) = dep["spec"]["template"]["spec"]["containers"]
         assert c["args"] == [f"services.{service}.main"]
@@ -498,8 +504,17 @@ def test_network_policy_allows_only_what_is_needed(
         for rule in pol["spec"].get("ingress", [])
         for p in rule.get("ports", [])
     }
-    assert egress_ports == {53, 6379, 9092, 443}
+    assert egress_ports == {53, 6379, 9092, 443, 8080}
     assert ingress_ports == {8080}
+    # Egress to our own 8080 only from the MCP gateway, and only to query and ingest.
+    for pol in policies:
+        for rule in pol["spec"].get("egress", []):
+            if any(p["port"] == 8080 for p in rule.get("ports", [])):
+                sel = pol["spec"]["podSelector"]["matchLabels"]
+                assert sel["app.kubernetes.io/component"] == "mcp", pol["metadata"]["name"]
+                (to,) = rule["to"]
+                (expr,) = to["podSelector"]["matchExpressions"]
+                assert set(expr["values"]) == {"query", "ingest"}
 
 
 # --------------------------------------------------------------------------- config vs Settings
@@ -541,6 +556,46 @@ def test_compose_config_is_valid_settings(monkeypatch: pytest.MonkeyPatch) -> No
         _check_settings(env, f"compose {s}", monkeypatch)
 
 
+def _check_gateway_env(env: dict[str, str], where: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The MCP gateway reads the core settings plus its own (services/mcp/settings.py)."""
+    own = {f"GAAMA_{name.upper()}" for name in McpSettings.model_fields}
+    core = {k: v for k, v in env.items() if k not in own}
+    _check_settings(core, where, monkeypatch)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    mcp = McpSettings()
+    assert mcp.mcp_port == 8080, where
+    assert mcp.query_url.endswith(":8080") and mcp.ingest_url.endswith(":8080"), where
+
+
+def test_compose_gateway_config_is_valid(monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = load_yaml(COMPOSE)["services"]["mcp"]
+    env = {k: _compose_default(v) for k, v in svc["environment"].items()}
+    _check_gateway_env(env, "compose mcp", monkeypatch)
+    assert env["GAAMA_QUERY_URL"] == "http://query:8080"
+    assert env["GAAMA_INGEST_URL"] == "http://ingest:8080"
+
+
+@pytest.mark.requires_kubectl
+@pytest.mark.parametrize("target", TARGETS)
+def test_k8s_gateway_config_is_valid(
+    render: Callable[[str], list[dict]], target: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    objs = render(target)
+    secrets = of_kind(objs, "Secret") or [load_yaml(K8S / "base" / "secret.yaml")]
+    env = env_of(of_kind(objs, "ConfigMap"), secrets)
+    (c,) = by_name(objs, "Deployment")["gaama-mcp"]["spec"]["template"]["spec"]["containers"]
+    env |= {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+    _check_gateway_env(env, target, monkeypatch)
+    services = set(by_name(objs, "Service"))
+    for url in (env["GAAMA_QUERY_URL"], env["GAAMA_INGEST_URL"]):
+        assert url.removeprefix("http://").split(":")[0] in services, url
+    # The gateway checks keys itself: it must read the same key file as query.
+    (q,) = by_name(objs, "Deployment")["gaama-query"]["spec"]["template"]["spec"]["containers"]
+    query_env = {e["name"]: e.get("value") for e in q.get("env", [])}
+    assert env["GAAMA_API_KEYS_FILE"] == query_env["GAAMA_API_KEYS_FILE"]
+
+
 # --------------------------------------------------------------------------- (b) compose
 
 
@@ -573,7 +628,16 @@ def test_compose_stack_is_wired() -> None:
     services = load_yaml(COMPOSE)["services"]
     for name, svc in services.items():
         image = svc["image"]
-        if name in SERVICES:
+        if name in GATEWAYS:
+            assert "build" in svc and svc["command"] == [f"services.{name}.main"]
+            assert svc["read_only"] is True and svc["user"] == "10001:10001"
+            assert svc["cap_drop"] == ["ALL"]
+            assert "healthcheck" in svc
+            assert {k: v["condition"] for k, v in svc["depends_on"].items()} == {
+                "query": "service_healthy",
+                "ingest": "service_healthy",
+            }
+        elif name in SERVICES:
             assert "build" in svc and svc["command"] == [f"services.{name}.main"]
             assert svc["read_only"] is True and svc["user"] == "10001:10001"
             assert svc["cap_drop"] == ["ALL"]
@@ -647,7 +711,7 @@ def test_prometheus_scrapes_every_service() -> None:
         j["job_name"]: [t for sc in j["static_configs"] for t in sc["targets"]]
         for j in config["scrape_configs"]
     }
-    for s in SERVICES:
+    for s in DEPLOYED:
         assert jobs[f"gaama-{s}"] == [f"{s}:8080"]
     mounts = load_yaml(COMPOSE)["services"]["prometheus"]["volumes"]
     for rule_file in config["rule_files"]:
@@ -864,7 +928,7 @@ def test_dockerfile_basics() -> None:
     assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
 
 
-@pytest.mark.parametrize("service", SERVICES)
+@pytest.mark.parametrize("service", DEPLOYED)
 def test_service_module_named_by_the_manifests_exists(service: str) -> None:
     """Compose, the Deployments and the Dockerfile run `python -m services.<name>.main`."""
     assert (ROOT / "services" / service / "main.py").is_file()
