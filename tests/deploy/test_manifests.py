@@ -79,11 +79,13 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.stage_metrics("reflect", r),
         lambda r: gm.embed_metrics("reflect", r),
         lambda r: gm.llm_metrics("reflect", r),
+        lambda r: gm.forget_metrics("reflect", r),
     ],
     "query": [
         gm.query_metrics,
         lambda r: gm.embed_metrics("query", r),
         lambda r: gm.graph_size_gauge("query", r),
+        lambda r: gm.forget_metrics("query", r),
     ],
     "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS)],
 }
@@ -696,8 +698,13 @@ def test_required_alerts_exist_with_runbooks() -> None:
 
 
 def test_operations_doc_names_real_settings() -> None:
-    """The configuration table in docs/operations.md names only variables Settings reads."""
+    """docs/operations.md names only variables something reads: the services' Settings, the MCP
+    gateway's, and the two the CLI reads for data subject requests (gaama/cli_memory.py)."""
+    from services.mcp.settings import McpSettings
+
     fields = {f"GAAMA_{name.upper()}" for name in Settings.model_fields}
+    fields |= {f"GAAMA_{name.upper()}" for name in McpSettings.model_fields}
+    fields |= {"GAAMA_ADMIN_KEY"}  # the CLI's admin key (gaama forget tenant)
     documented = re.findall(
         r"`(GAAMA_[A-Z_]+?)(?:__<FIELD>)?`", OPERATIONS.read_text(encoding="utf-8")
     )
