@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format bench-ingest bench-query bench-locomo dev-up dev-down clean
+.PHONY: install run test test-fast lint format bench-ingest bench-query bench-locomo bench-forget dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -49,6 +49,9 @@ bench-query: install
 
 bench-locomo: install
 	$(BIN)/python -m benchmarks locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json --write-docs
+
+bench-forget: install
+	$(BIN)/python -m benchmarks forget --write-docs
 
 dev-up: install
 	@$(BIN)/gaama dev up

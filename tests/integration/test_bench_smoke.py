@@ -124,6 +124,32 @@ def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
     assert doc["chains_in_order"] is True
 
 
+@pytest.mark.slow
+def test_bench_forget_smoke(stack: StackInfo, tmp_path: Path) -> None:
+    out = tmp_path / "forget.json"
+    _bench(
+        "forget",
+        "--turns",
+        "20",
+        "--subject-conversations",
+        "2",
+        "--subject-turns",
+        "6",
+        "--redis-url",
+        stack.redis_url,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+        "--json",
+        str(out),
+        timeout=400,
+    )
+    doc = json.loads(out.read_text())
+    conv, subject = doc["conversation"], doc["subject"]
+    assert conv["removed"]["episode"] == 20 and subject["removed"]["episode"] == 12
+    assert conv["keys_after"] < conv["keys_before"] and subject["keys_after"] < 10
+    _positive(conv, "done_s")
+
+
 def test_write_section_keeps_other_sections(tmp_path: Path) -> None:
     p = tmp_path / "b.md"
     write_section(p, DOCS_BEGIN, DOCS_END, "one")
