@@ -472,6 +472,6 @@ async def forget(
         return _result(out, f"Forgot {what}: removed {removed}.")
     return _result(
         out,
-        f"Forgetting {what} is under way (request {request_id}); it will stop appearing in "
-        "search results once done.",
+        f"Forgetting {what} is under way (request {request_id}): it no longer appears in any "
+        "search or list, and its stored data is being removed.",
     )

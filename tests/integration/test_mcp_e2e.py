@@ -197,3 +197,35 @@ async def test_bad_input_and_a_service_down_are_tool_errors(stack_services):
             assert not ok.is_error, text(ok)
     ready = httpx.get(f"{mcp_url}/readyz")
     assert ready.status_code == 503 and "query service" in ready.json()["reason"]
+
+
+async def test_list_then_forget_hides_at_once(stack_services):
+    """list_memories shows what was remembered; forget hides it from every read at once (the
+    cascade needs extract and reflect, which this fixture does not run: the request stays
+    pending), and the other tenant keeps its own copy."""
+    urls, mcp_url = stack_services["urls"], stack_services["mcp"].url
+    line = "My grandmother taught me to knit scarves every winter."
+    args = {"conversation": "diary", "text": line, "speaker": "Ann", "subject": "ann"}
+    async with over_stdio(KEY_A, urls) as a, over_http(mcp_url, KEY_B) as b:
+        for session in (a, b):
+            assert not (await session.call_tool("remember", args)).is_error
+
+        async def listed(session: ClientSession) -> list[dict[str, Any]] | None:
+            r = await session.call_tool("list_memories", {"conversation": "diary"})
+            assert not r.is_error, text(r)
+            items = r.structured_content["items"]
+            return items or None
+
+        mine = await wait_for(lambda: listed(a), timeout=90)
+        assert [i["text"].endswith(line) for i in mine] == [True]
+        r = await a.call_tool("forget", {"conversation": "diary"})
+        assert not r.is_error, text(r)
+        assert r.structured_content["status"] in ("pending", "done")
+        assert "no longer appears" in text(r) or r.structured_content["status"] == "done"
+        gone = await a.call_tool("list_memories", {"conversation": "diary"})
+        assert gone.structured_content["items"] == []
+        hits = await a.call_tool("search_memory", {"query": "knit scarves grandmother"})
+        assert line not in text(hits)
+        assert await listed(b)  # tenant B's diary is its own
+        bad = await a.call_tool("forget", {"conversation": "diary", "subject": "ann"})
+        assert bad.is_error and "not both" in text(bad)
