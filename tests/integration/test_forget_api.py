@@ -258,3 +258,23 @@ async def test_broker_down_answers_503_and_leaves_nothing(settings, graph, index
         assert r.status_code == 503 and r.headers["Retry-After"], r.text
     assert not await ForgetStore(graph.redis, graph.keys).hidden("acme")
     await producer.aclose()
+
+
+async def test_redis_down_answers_503_and_publishes_nothing(world, settings: Settings) -> None:
+    from gaama.store import connect
+
+    c, _, broker, _ = world
+    app = c._transport.app  # type: ignore[attr-defined]
+    deps = app.state.deps
+    dead = connect("redis://127.0.0.1:9/0", socket_connect_timeout=1)
+    live = deps.forget.forgets
+    deps.forget.forgets = ForgetStore(dead, live.keys)
+    try:
+        r = await c.delete("/v1/conversations/c1", headers=A)
+        assert r.status_code == 503 and r.headers["Retry-After"], r.text
+        assert "Redis" in r.json()["error"] or "redis" in r.json()["error"]
+    finally:
+        deps.forget.forgets = live
+        await dead.aclose()
+    assert await broker.records(0) == []  # nothing was published
+    assert not await live.hidden("acme")
