@@ -48,7 +48,6 @@ def build_app(
 ) -> faust.App:
     app = make_app("extract", settings, settings.extract_port)
     publisher = Publisher(app, settings, "extract")
-    # Extraction is slow per chunk; small batches keep acks (and progress) flowing.
     consume(
         app,
         service="extract",
@@ -57,7 +56,7 @@ def build_app(
         handler=partial(handle, pipeline=pipeline, forgetting=forgetting),
         metrics=metrics,
         publisher=publisher,
-        batch_size=16,
+        batch_size=settings.extract_batch,
         window_s=0.2,
     )
     add_ops_pages(app, registry, ready, settings)

@@ -35,7 +35,7 @@ def build_app(
         handler=partial(handle, pipeline=pipeline, forgetting=forgetting, metrics=forget_metrics),
         metrics=metrics,
         publisher=publisher,
-        batch_size=16,
+        batch_size=settings.reflect_batch,
         window_s=0.2,
     )
     add_ops_pages(app, registry, ready, settings)

@@ -16,6 +16,7 @@ from gaama.errors import GaamaError
 from gaama.forgetting import Forgetting
 from gaama.store import connect
 from gaama.store.chunks import ChunkStore
+from gaama.store.durability import Durability
 from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
@@ -57,8 +58,16 @@ async def ensure_index(settings: Settings, dim: int) -> None:
     """Create the vector index if needed (a short-lived client: the service's own client must
     only ever be used on the service's event loop)."""
     client = connect(settings.redis_url, socket_timeout=10)
+    keys = Keys(settings.key_prefix)
     try:
-        await VectorIndex(client, settings.index_name, dim, Keys(settings.key_prefix)).ensure()
+        await VectorIndex(client, settings.index_name, dim, keys).ensure()
+        # Fail at start, naming the setting, when Redis cannot give the durability asked for.
+        await Durability(
+            client,
+            keys.durability_marker,
+            settings.durability,
+            timeout_s=settings.durability_timeout_s,
+        ).wait()
     finally:
         await client.aclose()
 

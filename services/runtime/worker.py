@@ -7,6 +7,7 @@ only after Redis holds the writes and the broker holds the events (at-least-once
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tempfile
 import time
@@ -19,12 +20,16 @@ from faust.web import Request, Response, View
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gaama.config import Settings
+from gaama.errors import StoreUnavailable
 from gaama.events import DeadLetter, dlq, encode, topic_name
 from gaama.metrics import StageMetrics
+from gaama.store import connect
+from gaama.store.durability import Durability
+from gaama.store.keys import Keys
 from services.runtime.auth import metrics_allowed
 from services.runtime.background import Periodic
 from services.runtime.lag import LagMonitor
-from services.runtime.policy import Handler, process_batch
+from services.runtime.policy import Handler, backoff_delay, process_batch
 from services.runtime.records import BatchResult, Record
 
 log = logging.getLogger("gaama.runtime")
@@ -134,6 +139,7 @@ def consume(
     """Bind ``handler`` to ``source_base`` as a batching faust agent, with a timer keeping the
     consumer lag gauge up to date."""
     source = publisher.topic(source_base)
+    durable = _durability(settings)
     lag = LagMonitor(
         app, topic_name(source_base, settings.topic_prefix), settings.topic_partitions, metrics.lag
     )
@@ -161,6 +167,9 @@ def consume(
                 backoff=settings.retry_backoff_s,
                 on_retry=metrics.retries.inc,
             )
+            # Durable before acknowledged: the batch's writes are fsynced before its events go
+            # out and its offsets can be committed (an outage here is retried like any other).
+            await _wait_durable(durable, settings, metrics)
             await publisher.publish(result, source_base)
             for kind, n in result.stored.items():
                 metrics.stored.labels(kind).inc(n)
@@ -181,6 +190,34 @@ def consume(
 
     app.timer(interval=settings.lag_interval_s, name=f"{service}.consumer_lag")(consumer_lag)
     return lag
+
+
+def _durability(settings: Settings) -> Durability:
+    # A connection of its own: WAITAOF blocks it, and the marker must precede it on one link.
+    client = connect(settings.redis_url, socket_timeout=settings.durability_timeout_s + 5)
+    return Durability(
+        client,
+        Keys(settings.key_prefix).durability_marker,
+        settings.durability,
+        replicas=settings.durability_replicas,
+        timeout_s=settings.durability_timeout_s,
+    )
+
+
+async def _wait_durable(durable: Durability, settings: Settings, metrics: StageMetrics) -> None:
+    """Wait for the fsync; an outage or a slow fsync is retried without limit, like any outage
+    (the batch is not acknowledged meanwhile, so nothing is lost either way)."""
+    attempt = 0
+    while True:
+        try:
+            await durable.wait()
+            return
+        except StoreUnavailable as exc:
+            attempt += 1
+            metrics.retries.inc()
+            delay = backoff_delay(attempt, settings.retry_backoff_s)
+            log.warning("durability not confirmed (%s); retrying in %.1fs", exc, delay)
+            await asyncio.sleep(delay)
 
 
 def add_ops_pages(

@@ -163,6 +163,12 @@ class Settings(BaseSettings):
     # How often each consumer refreshes gaama_<service>_consumer_lag (one ListOffsets call).
     lag_interval_s: float = Field(5.0, gt=0, le=300)
 
+    # Durable before acknowledged: a consumer waits for Redis' AOF fsync (aof) and, with
+    # replicas, for that many replicas' (durability_replicas) before committing a batch.
+    durability: Literal["none", "aof", "replicas"] = "aof"
+    durability_replicas: int = Field(1, ge=1, le=16)
+    durability_timeout_s: float = Field(5.0, gt=0, le=120)
+
     # --- embeddings --------------------------------------------------------------------------
     embedder: Literal["minilm", "openai"] = "minilm"
     embed_model: str = "all-MiniLM-L6-v2"
@@ -182,10 +188,14 @@ class Settings(BaseSettings):
 
     # --- ingest ------------------------------------------------------------------------------
     turn_max_chars: int = Field(8000, ge=1, le=1_000_000)
-    ingest_batch: int = Field(64, ge=1, le=4096)
+    # Large enough that the fsync wait of GAAMA_DURABILITY=aof (up to 1 s with everysec) is paid
+    # once per many turns under load; at low load the window ends a batch first.
+    ingest_batch: int = Field(256, ge=1, le=4096)
     ingest_batch_window_s: float = Field(0.2, gt=0, le=30)
 
     # --- extraction --------------------------------------------------------------------------
+    extract_batch: int = Field(64, ge=1, le=4096)  # episodes per consumer batch
+    reflect_batch: int = Field(64, ge=1, le=4096)  # facts events per consumer batch
     chunk_words: int = Field(500, ge=20, le=10000)
     chunk_idle_s: float = Field(30.0, gt=0, le=86400)
     chunk_lock_s: float | None = Field(None, gt=0, le=86400)  # None: derived from LLM timeouts

@@ -44,6 +44,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "GAAMA_MAX_RETRIES": str(settings.max_retries),
         "GAAMA_RETRY_BACKOFF_S": str(settings.retry_backoff_s),
         "GAAMA_CHUNK_IDLE_S": str(settings.chunk_idle_s),
+        "GAAMA_DURABILITY": settings.durability,
+        "GAAMA_INGEST_BATCH": str(settings.ingest_batch),
         "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
     }
 

@@ -43,6 +43,11 @@ class Keys:
     def state(self, tenant: str, *name: str) -> str:
         return f"{self.prefix}:state:{{{tenant}}}:" + ":".join(name)
 
+    @property
+    def durability_marker(self) -> str:
+        """Written before each WAITAOF (store/durability.py); not a tenant's key."""
+        return f"{self.prefix}:durability"
+
     def tenant_patterns(self, tenant: str) -> list[str]:
         return [
             *(f"{self.prefix}:{kind}:{{{tenant}}}:*" for kind in ("node", "adj", "chain", "state")),
