@@ -296,7 +296,7 @@ class RunResult:
 async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
     """Nodes by kind and edges by kind (each edge counted once, at its source)."""
     counts = dict.fromkeys(("episodes", "facts", "concepts", "reflections"), 0)
-    edges = dict.fromkeys([k.value for k in EdgeKind if k is not EdgeKind.MENTIONS], 0)
+    edges = dict.fromkeys([k.value for k in EdgeKind], 0)
     bulk = BulkLoader(stores.graph)
     for tenant in tenants:
         by_kind = await stores.index.count(tenant)

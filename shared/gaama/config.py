@@ -165,7 +165,6 @@ class Settings(BaseSettings):
 
     # --- embeddings --------------------------------------------------------------------------
     embedder: Literal["minilm", "openai"] = "minilm"
-    embed_model: str = "all-MiniLM-L6-v2"
     embed_dim: int = Field(384, ge=8, le=8192)
     embed_batch: int = Field(64, ge=1, le=2048)
 

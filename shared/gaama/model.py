@@ -11,9 +11,6 @@ class NodeKind(StrEnum):
     FACT = "fact"
     CONCEPT = "concept"
     REFLECTION = "reflection"
-    # Entities exist only for the HippoRAG-style baseline in the LoCoMo harness; the GAAMA
-    # graph itself uses concepts instead (no mega-hubs).
-    ENTITY = "entity"
 
 
 class EdgeKind(StrEnum):
@@ -22,7 +19,6 @@ class EdgeKind(StrEnum):
     DERIVED_FROM_FACT = "DERIVED_FROM_FACT"
     HAS_CONCEPT = "HAS_CONCEPT"
     ABOUT_CONCEPT = "ABOUT_CONCEPT"
-    MENTIONS = "MENTIONS"  # baseline only: passage/fact -> entity
 
 
 #: Type weight of each edge kind (ARCHITECTURE.md §1).
@@ -32,7 +28,6 @@ EDGE_TYPE_WEIGHTS: dict[EdgeKind, float] = {
     EdgeKind.HAS_CONCEPT: 0.8,
     EdgeKind.ABOUT_CONCEPT: 0.8,
     EdgeKind.DERIVED_FROM_FACT: 0.5,
-    EdgeKind.MENTIONS: 1.0,
 }
 
 #: Which node kinds each edge kind connects (from, to); the store rejects anything else.
@@ -42,7 +37,6 @@ EDGE_ENDPOINTS: dict[EdgeKind, tuple[NodeKind, NodeKind]] = {
     EdgeKind.DERIVED_FROM_FACT: (NodeKind.REFLECTION, NodeKind.FACT),
     EdgeKind.HAS_CONCEPT: (NodeKind.EPISODE, NodeKind.CONCEPT),
     EdgeKind.ABOUT_CONCEPT: (NodeKind.FACT, NodeKind.CONCEPT),
-    EdgeKind.MENTIONS: (NodeKind.EPISODE, NodeKind.ENTITY),
 }
 
 
