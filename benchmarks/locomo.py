@@ -68,7 +68,8 @@ from gaama.retrieval.search import Retriever
 from gaama.store import connect
 from gaama.store.bulk import BulkLoader
 from gaama.store.chunks import ChunkStore
-from gaama.store.graph import GraphStore, as_text
+from gaama.store.codecs import as_text
+from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 

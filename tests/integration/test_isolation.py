@@ -26,7 +26,8 @@ from gaama.errors import ConfigError
 from gaama.ids import episode_id, fact_id
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.retrieval.search import MODES, Retriever
-from gaama.store.graph import TAG_FIELDS, GraphStore, node_mapping
+from gaama.store.codecs import TAG_FIELDS, node_mapping
+from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.migrate import migrate_index
 from gaama.store.vectors import VectorIndex

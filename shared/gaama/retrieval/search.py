@@ -72,7 +72,8 @@ from gaama.retrieval.ppr import (
     personalized_pagerank,
     symmetric_adjacency,
 )
-from gaama.store.graph import Expansion, GraphStore
+from gaama.store.graph import GraphStore
+from gaama.store.subgraph import Expansion
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
