@@ -9,7 +9,7 @@ import redis
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind, is_hub, walk_weight
-from gaama.retrieval.search import cosine
+from gaama.retrieval.scoring import cosine
 from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex, _documents

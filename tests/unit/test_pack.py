@@ -16,7 +16,8 @@ from gaama.retrieval.pack import (
     shares,
     total_words,
 )
-from gaama.retrieval.search import cosine, read_ahead_order
+from gaama.retrieval.scoring import cosine
+from gaama.retrieval.search import read_ahead_order
 
 F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
 

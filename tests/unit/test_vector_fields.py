@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaama.retrieval.search import cosine
+from gaama.retrieval.scoring import cosine
 from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
 
 

@@ -42,8 +42,8 @@ class GraphStore(SubgraphReads):
         super().__init__(redis, keys or Keys())
         self._append = scripts.register(redis, "append_episode.lua")
         self._refresh_degrees = scripts.register(redis, "refresh_degrees.lua")
-        # HGETALL, HMGET and EXISTS over a batch: one script call is several times faster than
-        # a pipeline of single commands (docs/benchmarks.md, "Batched reads").
+        # HGETALL, HMGET and EXISTS over a batch: one script call, because redis-py's cost per
+        # command dominates a pipeline of single commands (docs/benchmarks.md, "Batched reads").
         self._batched = scripts.register(redis, "batched_read.lua")
 
     async def _many(self, command: str, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
