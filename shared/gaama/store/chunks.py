@@ -15,12 +15,13 @@ caller as ``StoreUnavailable`` (retried by the runtime), never as a raw redis-py
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
 from redis.asyncio.lock import Lock
-from redis.exceptions import LockError
+from redis.exceptions import LockError, LockNotOwnedError
 
 from gaama.store import scripts
 from gaama.store.errors import store_errors
@@ -143,7 +144,6 @@ class ChunkStore:
             timeout=ttl_s,
             blocking=False,
             thread_local=False,
-            raise_on_release_error=False,  # expired (and maybe taken over): nothing to release
         )
         with store_errors():
             return lock if await lock.acquire() else None
@@ -160,8 +160,8 @@ class ChunkStore:
     async def unlock(self, tenant: str, conversation: str, lock: Lock) -> None:
         """Release ``lock`` if this worker still holds it (``tenant`` and ``conversation`` name
         the chunk, for the callers' symmetry with :meth:`lock`)."""
-        with store_errors():
-            await lock.release()
+        with store_errors(), contextlib.suppress(LockNotOwnedError):
+            await lock.release()  # not owned: it expired (and maybe another worker holds it)
 
     async def open_conversations(self, tenant: str) -> list[str]:
         """Conversations of ``tenant`` with an open chunk."""
