@@ -12,7 +12,7 @@ from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind, is_hu
 from gaama.retrieval.scoring import cosine
 from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
 from gaama.store.graph import GraphStore
-from gaama.store.vectors import VectorIndex, _documents
+from gaama.store.vectors import VectorIndex
 
 pytestmark = pytest.mark.requires_stack
 
@@ -424,21 +424,6 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
     # the KNN carries the stored fields asked for
     [best] = await index.knn("acme", q, 1, fields=["text"])
     assert best.id == eps[0].id and best.fields == {"text": texts[0]}
-
-
-def test_search_replies_parse_in_both_protocols():
-    resp3 = {
-        b"total_results": 1,
-        b"results": [
-            {
-                b"id": b"p:node:{t}:ep_1",
-                b"extra_attributes": {b"dist": b"0.25", b"text": b"caf\xc3\xa9"},
-            }
-        ],
-    }
-    resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25", b"text", b"caf\xc3\xa9"]]
-    want = [("p:node:{t}:ep_1", {"dist": "0.25", "text": "café"})]
-    assert _documents(resp3) == _documents(resp2) == want
 
 
 async def test_a_missing_index_is_unavailable_not_a_crash(redis_client, keys):

@@ -30,7 +30,7 @@ from gaama.store.vectors import VectorIndex
 from services.extract.app import idle_chunks_task
 from services.runtime.policy import process_batch
 from services.runtime.records import BatchResult, Record
-from tests.integration.test_extraction_pipeline import DIALOGUE, store_turns
+from tests.component.test_extraction_pipeline import DIALOGUE, store_turns
 
 pytestmark = pytest.mark.requires_stack
 
