@@ -24,10 +24,8 @@ from gaama.extract.types import (
 )
 from gaama.llm.cassette import Cassette
 from gaama.llm.client import LLMClient
-from gaama.llm.extractor import (
-    LLMExtractor,
-    validate_extraction,
-)
+from gaama.llm.extractor import LLMExtractor
+from gaama.llm.validation import validate_extraction
 from gaama.metrics import LLMMetrics, llm_metrics
 from tests.fakes.openai_server import (
     FakeOpenAIServer,

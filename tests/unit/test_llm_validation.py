@@ -10,7 +10,7 @@ from gaama.extract.types import (
 )
 from gaama.llm import prompts
 from gaama.llm.client import parse_json_object
-from gaama.llm.extractor import (
+from gaama.llm.validation import (
     normalize_label,
     validate_extraction,
     validate_reflections,
