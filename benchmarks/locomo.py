@@ -68,7 +68,8 @@ from gaama.retrieval.search import Retriever
 from gaama.store import connect
 from gaama.store.bulk import BulkLoader
 from gaama.store.chunks import ChunkStore
-from gaama.store.graph import GraphStore, as_text
+from gaama.store.codecs import as_text
+from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
@@ -296,7 +297,7 @@ class RunResult:
 async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
     """Nodes by kind and edges by kind (each edge counted once, at its source)."""
     counts = dict.fromkeys(("episodes", "facts", "concepts", "reflections"), 0)
-    edges = dict.fromkeys([k.value for k in EdgeKind if k is not EdgeKind.MENTIONS], 0)
+    edges = dict.fromkeys([k.value for k in EdgeKind], 0)
     bulk = BulkLoader(stores.graph)
     for tenant in tenants:
         by_kind = await stores.index.count(tenant)

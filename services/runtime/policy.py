@@ -1,12 +1,17 @@
 """Retry, isolate, dead-letter: the one wrapper around every consumer's handler.
 
-- A transient error (``retryable``) retries the whole batch with exponential backoff. Redis being
-  down (:class:`StoreUnavailable`) is retried without limit, backoff capped at
-  :data:`MAX_BACKOFF_S`: dead-lettering every message during an outage would only move the
+- An outage (``outage``: Redis or the broker unreachable, :class:`StoreUnavailable`,
+  :class:`BrokerUnavailable`) retries the whole batch without limit, exponential backoff capped
+  at :data:`MAX_BACKOFF_S`: dead-lettering every message during an outage would only move the
   problem; the consumer stalls, lag grows, the alert fires. The stores map every outage to
   ``StoreUnavailable`` (``gaama.store.errors``); a raw redis-py outage error that escaped them is
-  treated the same, never as poison. Other transient errors (LLM) get ``max_retries`` attempts,
-  then the records go to the DLQ with the reason.
+  treated the same, never as poison.
+- A transient error whose own layer has retried it already (``retries_spent``: the LLM client's
+  bounded retries, ``GAAMA_LLM_MAX_RETRIES``) is not retried again here: retrying it would nest
+  the layers. It is dead-lettered with the reason.
+- Any other transient error (a chunk lock that stays taken) gets ``max_retries`` retries with
+  backoff, then the DLQ. Retries are tenacity's, one layer per failure kind (docs/architecture.md,
+  "Delivery guarantees").
 - A permanent error, or an unexpected exception, for a batch is narrowed down by retrying its
   records one by one, so one poison message never takes its neighbours with it.
 - Nothing is acknowledged before the handler's writes and the published events are done; the
@@ -15,13 +20,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import traceback
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception
 
 from gaama.errors import GaamaError, StoreUnavailable
 from gaama.store.errors import is_outage
@@ -52,6 +57,16 @@ async def _outages_as_store_unavailable(handler: Handler, batch: list[Record]) -
         raise
 
 
+def _retried_here(exc: BaseException) -> bool:
+    """Whether this layer retries ``exc``: a transient error no other layer has retried."""
+    return isinstance(exc, GaamaError) and exc.retryable and not exc.retries_spent
+
+
+def _is_outage(state: RetryCallState) -> bool:
+    exc = state.outcome.exception() if state.outcome else None
+    return isinstance(exc, GaamaError) and exc.outage
+
+
 async def _with_retries(
     handler: Handler,
     batch: list[Record],
@@ -59,27 +74,25 @@ async def _with_retries(
     backoff: float,
     on_retry: Callable[[], None],
 ) -> BatchResult:
-    attempt = 0
-    while True:
-        try:
-            return await _outages_as_store_unavailable(handler, batch)
-        except GaamaError as exc:
-            if not exc.retryable:
-                raise
-            attempt += 1
-            unlimited = isinstance(exc, StoreUnavailable)
-            if not unlimited and attempt > max_retries:
-                raise
-            on_retry()
-            delay = backoff_delay(attempt, backoff)
-            log.warning(
-                "transient failure (%s), attempt %d, retrying in %.2fs: %s",
-                exc.reason,
-                attempt,
-                delay,
-                exc,
-            )
-            await asyncio.sleep(delay)
+    def before_sleep(state: RetryCallState) -> None:
+        on_retry()
+        exc = state.outcome.exception() if state.outcome else None
+        log.warning(
+            "transient failure (%s), attempt %d, retrying in %.2fs: %s",
+            getattr(exc, "reason", "?"),
+            state.attempt_number,
+            state.upcoming_sleep,
+            exc,
+        )
+
+    retrying = AsyncRetrying(
+        retry=retry_if_exception(_retried_here),
+        stop=lambda state: not _is_outage(state) and state.attempt_number > max_retries,
+        wait=lambda state: backoff_delay(state.attempt_number, backoff),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+    return await retrying(_outages_as_store_unavailable, handler, batch)
 
 
 async def process_batch(

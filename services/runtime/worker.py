@@ -40,7 +40,7 @@ ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the re
 def make_app(service: str, settings: Settings, port: int) -> faust.App:
     app_id = f"{settings.topic_prefix}gaama-{service}"
     # faust makes a data directory even without Tables; by default it is "<app id>-data" in the
-    # working directory, which every test and benchmark run (each with its own app id) littered.
+    # working directory, one per app id: kept out of the checkout, under the temp directory.
     datadir = Path(tempfile.gettempdir()) / "gaama-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
     return faust.App(

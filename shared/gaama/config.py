@@ -129,19 +129,18 @@ class RetrievalSettings(BaseModel):
     cap_facts: int = Field(60, ge=0, le=1000)
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)
-    # Bounds the subgraph (and latency). On LoCoMo 300 loses no recall against 500 or 4000, and
-    # 200 does (docs/benchmarks.md, "Subgraph bound").
+    # Bounds the subgraph (and latency) where recall stops improving (docs/benchmarks.md,
+    # "Subgraph bound and read-ahead").
     max_expanded: int = Field(300, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
-    # the first ``expanded_read`` the expansion admitted (read while PPR runs). On LoCoMo, 80 and
-    # 80 match the recall of reading 120 and scoring 100 (docs/benchmarks.md, "Subgraph bound").
+    # the first ``expanded_read`` the expansion admitted (read while PPR runs); the smallest that
+    # keep recall (docs/benchmarks.md, "Subgraph bound and read-ahead").
     expanded_candidates: int = Field(80, ge=0, le=100000)
     expanded_read: int = Field(80, ge=0, le=100000)
     # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
-    # thread while Redis reads ahead; a larger one goes to a worker thread. At the default bound
-    # (300 nodes, ~0.3 ms) a worker only adds handoffs: the GIL keeps the loop waiting anyway
-    # (docs/architecture.md, "Why PPR runs in the request's thread"; scripts/ppr-thread-ab.sh).
-    # Bounded: a request may not hold the event loop for a long walk (20000 entries: ~3 ms).
+    # thread while Redis reads ahead; a larger one goes to a worker thread. For a short walk a
+    # worker only adds handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md,
+    # "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
 
 
@@ -171,7 +170,6 @@ class Settings(BaseSettings):
 
     # --- embeddings --------------------------------------------------------------------------
     embedder: Literal["minilm", "openai"] = "minilm"
-    embed_model: str = "all-MiniLM-L6-v2"
     embed_dim: int = Field(384, ge=8, le=8192)
     embed_batch: int = Field(64, ge=1, le=2048)
 

@@ -13,6 +13,12 @@ import time
 from typing import Any, Protocol
 
 import numpy as np
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_random_exponential,
+)
 
 from gaama.config import Settings
 from gaama.errors import ConfigError, LLMTransientError
@@ -40,8 +46,8 @@ def _normalise(m: np.ndarray) -> np.ndarray:
 #: libgomp's default (300,000 spins) keeps a worker spinning on the second of two cores well after
 #: an encode returns, while the rest of the request (event loop, PPR thread, Redis) needs that
 #: core; a short spin still bridges the gaps between the operators of one encode (a worker that
-#: sleeps in every gap, as with OMP_WAIT_POLICY=PASSIVE, makes encoding slower). Measured by
-#: scripts/spin-ab.sh: docs/benchmarks.md, "OpenMP spinning".
+#: sleeps in every gap, as with OMP_WAIT_POLICY=PASSIVE, makes encoding slower). The A/B:
+#: docs/benchmarks.md, "OpenMP spinning".
 GOMP_SPINCOUNT = "10000"
 
 
@@ -103,7 +109,13 @@ class MiniLMEmbedder:
 class OpenAIEmbedder:
     """Embeddings from any OpenAI-compatible ``/v1/embeddings`` endpoint."""
 
-    def __init__(self, settings: Settings, metrics: EmbedMetrics | None = None) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        metrics: EmbedMetrics | None = None,
+        *,
+        http_client: Any = None,  # an httpx.AsyncClient for the SDK (tests: a MockTransport)
+    ) -> None:
         from openai import AsyncOpenAI
 
         if not settings.llm_base_url:
@@ -113,7 +125,14 @@ class OpenAIEmbedder:
             base_url=settings.llm_base_url,
             api_key=key,
             timeout=settings.llm_timeout_s,
-            max_retries=3,
+            max_retries=0,  # ours (below) are the only retries, bounded by GAAMA_LLM_MAX_RETRIES
+            http_client=http_client,
+        )
+        self._retrying = AsyncRetrying(
+            retry=retry_if_exception(_transient),
+            stop=stop_after_attempt(settings.llm_max_retries + 1),
+            wait=wait_random_exponential(multiplier=settings.retry_backoff_s, max=30.0),
+            reraise=True,
         )
         self.name = settings.openai_embed_model
         self.dim = settings.embed_dim
@@ -122,13 +141,16 @@ class OpenAIEmbedder:
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         from openai import APIError
+        from openai.types import CreateEmbeddingResponse
 
         rows: list[list[float]] = []
         t0 = time.perf_counter()
         for i in range(0, len(texts), self.batch_size):
             try:
-                resp = await self._client.embeddings.create(
-                    model=self.name, input=texts[i : i + self.batch_size]
+                resp: CreateEmbeddingResponse = await self._retrying(
+                    self._client.embeddings.create,
+                    model=self.name,
+                    input=texts[i : i + self.batch_size],
                 )
             except APIError as exc:
                 raise LLMTransientError(f"embedding request failed: {exc}") from exc
@@ -145,6 +167,18 @@ class OpenAIEmbedder:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _transient(exc: BaseException) -> bool:
+    """An embedding request failure that may pass when repeated: connection errors and timeouts,
+    408, 409, 429 and 5xx (what the SDK's own retries would have repeated)."""
+    import openai
+
+    if isinstance(exc, openai.APIConnectionError):  # timeouts included
+        return True
+    return isinstance(exc, openai.APIStatusError) and (
+        exc.status_code in (408, 409, 429) or exc.status_code >= 500
+    )
 
 
 def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> Embedder:

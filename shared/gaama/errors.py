@@ -4,9 +4,10 @@ The tree::
 
     GaamaError                      base of everything we raise on purpose
     ├── RetryableError              transient: retry with backoff, then dead-letter
-    │   ├── StoreUnavailable        Redis did not answer in time / connection lost
-    │   ├── LLMTransientError       429, 5xx, timeouts, connection errors from the LLM
-    │   └── BrokerUnavailable       Kafka-compatible broker unreachable
+    │   ├── StoreUnavailable        Redis did not answer in time / connection lost (outage)
+    │   ├── LLMTransientError       429, 5xx, timeouts, connection errors from the LLM, after
+    │   │                           the client's own retries (``retries_spent``)
+    │   └── BrokerUnavailable       Kafka-compatible broker unreachable (outage)
     └── PermanentError              retrying cannot help: dead-letter at once
         ├── ValidationError         bad input (HTTP body, Kafka message, config)
         ├── NodesGone               a conditional write's sources were forgotten meanwhile
@@ -17,7 +18,10 @@ The tree::
         └── DimensionMismatch       embedder dimension differs from the vector index
 
 Every class carries a ``retryable`` flag so generic wrappers never need ``isinstance``
-chains (the habit of aiokafka's ``errors.py``).
+chains (the habit of aiokafka's ``errors.py``); a retryable error also says whether it is an
+``outage`` (retried without limit: dead-lettering during an outage only moves the problem) and
+whether its ``retries_spent`` (the layer that raised it has retried already: retrying again would
+nest the layers). See docs/architecture.md, "Delivery guarantees".
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ class GaamaError(Exception):
     """Base class of every error GAAMA raises on purpose."""
 
     retryable: bool = False
+    outage: bool = False
+    retries_spent: bool = False
     reason: str = "error"
 
     def __init__(self, message: str, *, reason: str | None = None) -> None:
@@ -47,14 +53,17 @@ class PermanentError(GaamaError):
 
 class StoreUnavailable(RetryableError):
     reason = "store_unavailable"
+    outage = True
 
 
 class LLMTransientError(RetryableError):
     reason = "llm_transient"
+    retries_spent = True  # raised after GAAMA_LLM_MAX_RETRIES retries of the client
 
 
 class BrokerUnavailable(RetryableError):
     reason = "broker_unavailable"
+    outage = True
 
 
 class ValidationError(PermanentError):

@@ -24,6 +24,8 @@ import logging
 import time
 from dataclasses import dataclass
 
+from redis.asyncio.lock import Lock
+
 from gaama.errors import RetryableError
 from gaama.events import ForgetRequested
 from gaama.extract.pipeline import word_count
@@ -100,7 +102,7 @@ class Forgetting:
         )
         return removed
 
-    async def _lock(self, tenant: str, conversation: str) -> str:
+    async def _lock(self, tenant: str, conversation: str) -> Lock:
         # A close in progress holds the lock: let it finish (its lock expires if it died).
         for _ in range(int(self.lock_ttl_s / LOCK_WAIT_S) + 1):
             token = await self.chunks.lock(tenant, conversation, self.lock_ttl_s)

@@ -148,7 +148,6 @@ _PREFIX = {
     NodeKind.FACT: "fa",
     NodeKind.CONCEPT: "co",
     NodeKind.REFLECTION: "re",
-    NodeKind.ENTITY: "en",
 }
 _KIND = {p: k for k, p in _PREFIX.items()}
 
@@ -187,10 +186,6 @@ def concept_id(tenant: str, label: str) -> str:
 
 def reflection_id(tenant: str, text: str) -> str:
     return node_id(tenant, NodeKind.REFLECTION, normalize_text(text))
-
-
-def entity_id(tenant: str, name: str) -> str:
-    return node_id(tenant, NodeKind.ENTITY, normalize_text(name))
 
 
 def chunk_id(tenant: str, conversation: str, first_episode: str, last_episode: str) -> str:

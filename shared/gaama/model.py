@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class NodeKind(StrEnum):
@@ -11,9 +16,6 @@ class NodeKind(StrEnum):
     FACT = "fact"
     CONCEPT = "concept"
     REFLECTION = "reflection"
-    # Entities exist only for the HippoRAG-style baseline in the LoCoMo harness; the GAAMA
-    # graph itself uses concepts instead (no mega-hubs).
-    ENTITY = "entity"
 
 
 class EdgeKind(StrEnum):
@@ -22,7 +24,6 @@ class EdgeKind(StrEnum):
     DERIVED_FROM_FACT = "DERIVED_FROM_FACT"
     HAS_CONCEPT = "HAS_CONCEPT"
     ABOUT_CONCEPT = "ABOUT_CONCEPT"
-    MENTIONS = "MENTIONS"  # baseline only: passage/fact -> entity
 
 
 #: Type weight of each edge kind (ARCHITECTURE.md §1).
@@ -32,8 +33,36 @@ EDGE_TYPE_WEIGHTS: dict[EdgeKind, float] = {
     EdgeKind.HAS_CONCEPT: 0.8,
     EdgeKind.ABOUT_CONCEPT: 0.8,
     EdgeKind.DERIVED_FROM_FACT: 0.5,
-    EdgeKind.MENTIONS: 1.0,
 }
+
+#: The walk weight raises an edge's stored weight (its confidence, in [0, 1]) to this power, so
+#: weak edges carry much less mass than strong ones.
+STORED_WEIGHT_POWER = 2
+
+
+def walk_weight(
+    kind: EdgeKind, stored: float, type_weights: Mapping[EdgeKind, float] = EDGE_TYPE_WEIGHTS
+) -> float:
+    """Walk weight of an edge: its type weight times its stored weight squared (§1 step 4).
+
+    The one definition: retrieval's expansion (``store/lua/expand.lua``) receives
+    ``type_weights`` and :data:`STORED_WEIGHT_POWER` as arguments and computes the same.
+    """
+    return type_weights[kind] * stored**STORED_WEIGHT_POWER
+
+
+@overload
+def is_hub(degree: int, hub_degree: int) -> bool: ...
+@overload
+def is_hub(degree: np.ndarray, hub_degree: int) -> np.ndarray: ...
+def is_hub(degree: Any, hub_degree: int) -> Any:
+    """Whether a node of this store degree is a hub: degree strictly above ``hub_degree``.
+
+    Hubs are not expanded through and their walk rows are dampened; works elementwise on an
+    array of degrees. The expansion script receives ``hub_degree`` and applies the same rule.
+    """
+    return degree > hub_degree
+
 
 #: Which node kinds each edge kind connects (from, to); the store rejects anything else.
 EDGE_ENDPOINTS: dict[EdgeKind, tuple[NodeKind, NodeKind]] = {
@@ -42,7 +71,6 @@ EDGE_ENDPOINTS: dict[EdgeKind, tuple[NodeKind, NodeKind]] = {
     EdgeKind.DERIVED_FROM_FACT: (NodeKind.REFLECTION, NodeKind.FACT),
     EdgeKind.HAS_CONCEPT: (NodeKind.EPISODE, NodeKind.CONCEPT),
     EdgeKind.ABOUT_CONCEPT: (NodeKind.FACT, NodeKind.CONCEPT),
-    EdgeKind.MENTIONS: (NodeKind.EPISODE, NodeKind.ENTITY),
 }
 
 

@@ -17,8 +17,6 @@ from typing import Any
 import pytest
 
 from benchmarks.query import DOCS_BEGIN, DOCS_END, STAGES, write_section
-from benchmarks.synthetic import SyntheticGraph, plan_counts
-from gaama.model import NodeKind
 from tests.conftest import StackInfo
 
 pytestmark = pytest.mark.requires_stack
@@ -43,19 +41,6 @@ def _bench(*args: str, timeout: float = 240) -> None:
 def _positive(d: dict[str, Any], *names: str) -> None:
     for n in names:
         assert d[n] > 0, f"{n} = {d[n]!r}"
-
-
-def test_synthetic_graph_shape() -> None:
-    g = SyntheticGraph("t", 2000, seed=3)
-    batches = list(g.batches())
-    kinds: dict[NodeKind, int] = {}
-    for b in batches:
-        assert len(b.nodes) == len(b.vectors)
-        for n in b.nodes:
-            kinds[n.kind] = kinds.get(n.kind, 0) + 1
-    assert kinds == plan_counts(2000)
-    assert g.stats.hubs_over_50 >= 1  # a heavy tail, not a uniform degree
-    assert g.stats.concept_degree_p50 < 50
 
 
 def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:

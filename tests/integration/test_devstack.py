@@ -21,11 +21,6 @@ def test_taken_port_is_reported(tmp_path: Path):
             devstack.start_stack(tmp_path, port, devstack.free_port())
 
 
-def test_missing_package_names_the_fix():
-    with pytest.raises(devstack.StackError, match=r"pip install -e '\.\[stack\]'"):
-        devstack._package_dir("gaama_no_such_package")
-
-
 def test_server_that_exits_at_start_shows_its_log(tmp_path: Path):
     log = tmp_path / "redis.log"
     log.write_text("FATAL: cannot load module\n")

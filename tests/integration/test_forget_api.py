@@ -25,7 +25,7 @@ from services.query.handlers import QueryDeps
 from services.query.memories import ForgetDeps
 from services.runtime.producer import EventProducer
 from services.runtime.records import Record
-from tests.integration.test_forget_cascade import C1, C2, as_records, turns
+from tests.component.test_forget_cascade import C1, C2, as_records, turns
 from tests.support.stream import Stream
 
 pytestmark = pytest.mark.requires_stack

@@ -15,7 +15,7 @@ from gaama import ids
 from gaama.config import ApiKey, Settings, hash_api_key
 from gaama.events import TurnReceived
 from gaama.store.graph import GraphStore
-from tests.integration.test_forget_cascade import dump, residue
+from tests.component.test_forget_cascade import dump, residue
 from tests.integration.test_pipeline_e2e import TURNS, send, session
 from tests.support.services import ServiceProcess, wait_for
 

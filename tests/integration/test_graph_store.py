@@ -8,10 +8,11 @@ import redis
 
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
-from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
-from gaama.retrieval.search import cosine
-from gaama.store.graph import COMPACT_VECTOR_FIELD, VECTOR_FIELD, GraphStore, vector_fields
-from gaama.store.vectors import VectorIndex, _documents
+from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind, is_hub, walk_weight
+from gaama.retrieval.scoring import cosine
+from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
+from gaama.store.graph import GraphStore
+from gaama.store.vectors import VectorIndex
 
 pytestmark = pytest.mark.requires_stack
 
@@ -41,7 +42,52 @@ async def test_append_episode_builds_next_chain_and_is_idempotent(graph: GraphSt
     adj = await graph.neighbours("acme", [nodes[1].id])
     got = {(nb.node, nb.kind, nb.outgoing) for nb in adj[nodes[1].id]}
     assert got == {(nodes[0].id, EdgeKind.NEXT, False), (nodes[2].id, EdgeKind.NEXT, True)}
-    assert (await graph.degrees("acme", [nodes[0].id]))[nodes[0].id] == 1
+    assert (await _degrees(graph, "acme", [nodes[0].id]))[nodes[0].id] == 1
+
+
+async def test_expand_weights_and_hubs_follow_the_python_definition(graph: GraphStore):
+    """The production expansion script, on a small graph with every edge kind and odd stored
+    weights, gives each edge :func:`walk_weight` (with the type weights passed in) and stops at
+    exactly the nodes :func:`is_hub` names."""
+    t = "acme"
+    ep = [_node(t, NodeKind.EPISODE, f"e{i}", "c1") for i in range(3)]
+    fa = [_node(t, NodeKind.FACT, f"f{i}", "c1") for i in range(3)]
+    co = _node(t, NodeKind.CONCEPT, "c")
+    re_ = _node(t, NodeKind.REFLECTION, "r", "c1")
+    edges = [
+        Edge(ep[0].id, ep[1].id, EdgeKind.NEXT, 0.37),
+        Edge(fa[0].id, ep[0].id, EdgeKind.DERIVED_FROM, 0.91),
+        Edge(re_.id, fa[0].id, EdgeKind.DERIVED_FROM_FACT, 0.73),
+        Edge(ep[0].id, co.id, EdgeKind.HAS_CONCEPT, 0.55),
+        Edge(fa[1].id, co.id, EdgeKind.ABOUT_CONCEPT, 0.123457),
+        Edge(fa[2].id, ep[2].id, EdgeKind.DERIVED_FROM, 1.0),
+        Edge(fa[2].id, co.id, EdgeKind.ABOUT_CONCEPT, 0.6),
+    ]
+    await graph.write(t, [*ep, *fa, co, re_], edges)
+    kind_of_pair = {frozenset((e.src, e.dst)): e for e in edges}
+    type_weights = {k: 0.1 + 0.13 * i for i, k in enumerate(EdgeKind)}
+    hub_degree = 3  # the concept has degree 3 (not a hub), e0 has 3, f2 2
+    sub = await graph.expand(
+        t, [ep[0].id], hops=3, hub_degree=hub_degree, max_nodes=100, type_weights=type_weights
+    )
+    assert len(sub.edges)
+    for i, j, w in sub.edges.tolist():
+        e = kind_of_pair[frozenset((sub.nodes[int(i)], sub.nodes[int(j)]))]
+        assert w == pytest.approx(walk_weight(e.kind, e.weight, type_weights), abs=2**-30)
+    # one less and the concept is a hub: reached, its edges to reached nodes kept, not expanded
+    degrees = dict(zip(sub.nodes, sub.degrees.tolist(), strict=True))
+    assert degrees[co.id] == 3 and not is_hub(degrees[co.id], hub_degree)
+    assert fa[1].id in sub.nodes  # reached through the concept
+    hubbed = await graph.expand(
+        t, [ep[0].id], hops=3, hub_degree=2, max_nodes=100, type_weights=type_weights
+    )
+    assert is_hub(degrees[co.id], 2) and is_hub(degrees[ep[0].id], 2)
+    assert hubbed.nodes == [ep[0].id]  # the seed itself is a hub: nothing is expanded
+
+
+async def _degrees(graph: GraphStore, t: str, ids_: list[str]) -> dict[str, int]:
+    """Each node's full store degree: the size of its adjacency hash."""
+    return {i: int(await graph.redis.hlen(graph.keys.adj(t, i))) for i in ids_}
 
 
 async def test_tenants_with_same_conversation_stay_apart(
@@ -85,7 +131,7 @@ async def test_write_nodes_and_edges_atomically(graph: GraphStore, index: Vector
     ]
     for _ in range(2):  # a repeated write is harmless
         await graph.write(t, [fact, concept], edges)
-    assert (await graph.degrees(t, [concept.id]))[concept.id] == 2
+    assert (await _degrees(graph, t, [concept.id]))[concept.id] == 2
     assert (await index.count(t))["fact"] == 1
     with pytest.raises(ValidationError, match="DERIVED_FROM edge must go fact→episode"):
         await graph.write(t, [], [Edge(ep.id, fact.id, EdgeKind.DERIVED_FROM)])
@@ -195,10 +241,10 @@ async def test_expand_reads_two_rings_without_going_through_hubs(graph: GraphSto
 
 
 async def _true_degrees(graph: GraphStore, redis_client, keys, t: str) -> dict[str, int]:
-    """Every node of ``t`` with an adjacency, and its size (``GraphStore.degrees``: HLEN)."""
+    """Every node of ``t`` with an adjacency, and its size (HLEN)."""
     prefix = keys.adj_prefix(t)
     ids_ = [k.decode()[len(prefix) :] async for k in redis_client.scan_iter(match=f"{prefix}*")]
-    return await graph.degrees(t, ids_)
+    return await _degrees(graph, t, ids_)
 
 
 async def test_the_degree_index_follows_every_adjacency_write(
@@ -378,21 +424,6 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
     # the KNN carries the stored fields asked for
     [best] = await index.knn("acme", q, 1, fields=["text"])
     assert best.id == eps[0].id and best.fields == {"text": texts[0]}
-
-
-def test_search_replies_parse_in_both_protocols():
-    resp3 = {
-        b"total_results": 1,
-        b"results": [
-            {
-                b"id": b"p:node:{t}:ep_1",
-                b"extra_attributes": {b"dist": b"0.25", b"text": b"caf\xc3\xa9"},
-            }
-        ],
-    }
-    resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25", b"text", b"caf\xc3\xa9"]]
-    want = [("p:node:{t}:ep_1", {"dist": "0.25", "text": "café"})]
-    assert _documents(resp3) == _documents(resp2) == want
 
 
 async def test_a_missing_index_is_unavailable_not_a_crash(redis_client, keys):

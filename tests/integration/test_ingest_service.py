@@ -25,6 +25,7 @@ from gaama.events import (
     encode,
 )
 from gaama.store.graph import GraphStore
+from tests.support.redis_state import namespace_size
 from tests.support.services import ServiceProcess, api_keys, produce, read_topic, wait_for
 
 pytestmark = [pytest.mark.requires_stack, pytest.mark.slow]
@@ -108,11 +109,11 @@ async def test_chain_order_redelivery_and_tenants(
     assert await graph.get_nodes("tenant-a", b_chain) == {}
 
     # Redelivery: the same 84 turns again change nothing.
-    before = await graph.redis.dbsize()
+    before = await namespace_size(graph)
     await produce(s.kafka_bootstrap, t(s, TOPIC_TURNS), payload)
     events = await read_topic(s.kafka_bootstrap, t(s, TOPIC_EPISODES), 2 * len(payload), 90)
     assert len(events) == 2 * len(payload)
-    assert await graph.redis.dbsize() == before
+    assert await namespace_size(graph) == before
     for c in convs:
         assert len(await graph.chain("tenant-a", c)) == 12
     stored = {decode(EpisodeStored, v).episode_id for _, v in events}

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import pytest
 
-from gaama.config import Settings, load_settings
+from gaama.config import Settings
 from gaama.embed import MiniLMEmbedder
 from gaama.errors import ValidationError
 from gaama.ids import concept_id, episode_id, fact_id, reflection_id
 from gaama.model import Edge, EdgeKind, Node, NodeKind
-from gaama.retrieval.search import Retriever, pool_size, resolve_params
+from gaama.retrieval.search import Retriever, resolve_params
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 
@@ -325,14 +324,6 @@ async def test_validation(retriever: Retriever) -> None:
         await retriever.search("acme", "   ")
     with pytest.raises(ValidationError, match="alpha"):
         resolve_params(retriever.settings.retrieval, {"alpha": 0.0})
-
-
-def test_pool_size() -> None:
-    p = resolve_params(load_settings().retrieval, None)
-    assert pool_size(20, p) == 80  # the paper's floor at the defaults
-    assert pool_size(100, p) == 200
-    assert pool_size(20, resolve_params(p, None, budget=5000)) == 250
-    assert np.isclose(p.alpha, 0.6)
 
 
 async def test_fact_without_sources_field_uses_its_edges(

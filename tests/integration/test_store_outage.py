@@ -30,7 +30,7 @@ from gaama.store.vectors import VectorIndex
 from services.extract.app import idle_chunks_task
 from services.runtime.policy import process_batch
 from services.runtime.records import BatchResult, Record
-from tests.integration.test_extraction_pipeline import DIALOGUE, store_turns
+from tests.component.test_extraction_pipeline import DIALOGUE, store_turns
 
 pytestmark = pytest.mark.requires_stack
 
@@ -91,6 +91,8 @@ async def _not_store_unavailable(
 
 
 async def _every_chunk_call(chunks: ChunkStore) -> None:
+    held = chunks.redis.lock("k", timeout=5, thread_local=False)
+    held.local.token = b"token"  # as if taken before the outage
     calls = {
         "append": lambda: chunks.append("t", "c", "ep_1", 3, 1.0),
         "size": lambda: chunks.size("t", "c"),
@@ -98,7 +100,8 @@ async def _every_chunk_call(chunks: ChunkStore) -> None:
         "forget_if_empty": lambda: chunks.forget_if_empty("t", "c"),
         "idle": lambda: chunks.idle(time.time()),
         "lock": lambda: chunks.lock("t", "c", 5),
-        "unlock": lambda: chunks.unlock("t", "c", "token"),
+        "extend": lambda: chunks.extend(held, 5),
+        "unlock": lambda: chunks.unlock("t", "c", held),
     }
     assert await _not_store_unavailable(calls) == {}, "ChunkStore calls outside the error boundary"
 
@@ -114,7 +117,6 @@ async def _every_graph_call(graph: GraphStore) -> None:
         "get_nodes": lambda: graph.get_nodes("t", ["ep_1"]),
         "get_fields": lambda: graph.get_fields("t", ["ep_1"], ["text"]),
         "neighbours": lambda: graph.neighbours("t", ["ep_1"]),
-        "degrees": lambda: graph.degrees("t", ["ep_1"]),
         "vectors": lambda: graph.vectors("t", ["ep_1"], 4),
         "provenance": lambda: graph.provenance("t", ["ep_1"]),
         "delete_tenant": lambda: graph.delete_tenant("t"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import numpy as np
 import pytest
 
 from gaama import ids
@@ -23,7 +24,15 @@ from gaama.events import (
     encode,
     split_key,
 )
-from gaama.model import EDGE_ENDPOINTS, EDGE_TYPE_WEIGHTS, Edge, EdgeKind, NodeKind
+from gaama.model import (
+    EDGE_ENDPOINTS,
+    EDGE_TYPE_WEIGHTS,
+    Edge,
+    EdgeKind,
+    NodeKind,
+    is_hub,
+    walk_weight,
+)
 
 # --- ids ---------------------------------------------------------------------------------
 
@@ -201,3 +210,14 @@ def test_api_keys_are_stored_hashed(monkeypatch):
 def test_error_tree_flags():
     assert RetryableError("x").retryable and not PermanentError("x").retryable
     assert issubclass(ValidationError, PermanentError) and issubclass(PermanentError, GaamaError)
+
+
+def test_walk_weight_is_type_weight_times_stored_squared() -> None:
+    assert walk_weight(EdgeKind.NEXT, 1.0) == pytest.approx(0.8)
+    assert walk_weight(EdgeKind.DERIVED_FROM_FACT, 0.5) == pytest.approx(0.5 * 0.25)
+    assert walk_weight(EdgeKind.ABOUT_CONCEPT, 0.9) == pytest.approx(0.8 * 0.81)
+
+
+def test_a_hub_has_degree_above_the_hub_degree() -> None:
+    assert is_hub(51, 50) and not is_hub(50, 50)
+    assert is_hub(np.array([49, 50, 51]), 50).tolist() == [False, False, True]

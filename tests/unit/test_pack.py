@@ -11,12 +11,13 @@ from gaama.retrieval.pack import (
     Item,
     capped,
     pack,
+    rank,
     render_memory,
     shares,
-    top_k,
     total_words,
 )
-from gaama.retrieval.search import cosine, read_ahead_order
+from gaama.retrieval.scoring import cosine
+from gaama.retrieval.search import read_ahead_order
 
 F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
 
@@ -29,7 +30,7 @@ def item(
 
 def test_concepts_never_returned() -> None:
     items = [item("c1", C, 9.0), item("f1", F, 1.0), item("e1", E, 0.5)]
-    assert [i.id for i in top_k(items, 10)] == ["f1", "e1"]
+    assert [i.id for i in rank(items)[:10]] == ["f1", "e1"]
     assert all(i.kind is not C for i in pack(items, Caps()))
 
 
@@ -103,7 +104,7 @@ def test_order_facts_reflections_then_episodes_in_time_order() -> None:
 
 def test_ranked_list_is_by_score() -> None:
     items = [item("e1", E, 0.2), item("f1", F, 0.9), item("r1", R, 0.5), item("c1", C, 1.0)]
-    assert [i.id for i in top_k(items, 2)] == ["f1", "r1"]
+    assert [i.id for i in rank(items)[:2]] == ["f1", "r1"]
 
 
 def test_no_turn_is_packed_twice() -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from gaama.errors import LLMTransientError, StoreUnavailable, ValidationError
+import pytest
+
+from gaama.errors import (
+    BrokerUnavailable,
+    GaamaError,
+    LLMTransientError,
+    RetryableError,
+    StoreUnavailable,
+    ValidationError,
+)
 from services.runtime.policy import process_batch
 from services.runtime.records import BatchResult, Record
 
@@ -43,7 +52,7 @@ async def test_transient_errors_retry_then_dead_letter():
     async def handler(batch: list[Record]) -> BatchResult:
         nonlocal calls
         calls += 1
-        raise LLMTransientError("429")
+        raise RetryableError("the chunk stays locked")
 
     def on_retry() -> None:
         nonlocal retries
@@ -51,17 +60,33 @@ async def test_transient_errors_retry_then_dead_letter():
 
     result = await process_batch(handler, [rec(1)], max_retries=2, backoff=0, on_retry=on_retry)
     assert calls == 3 and retries == 2
-    assert result.failed[0].reason == "llm_transient"
+    assert result.failed[0].reason == "transient"
 
 
-async def test_store_outage_is_retried_until_it_recovers():
+async def test_llm_failures_are_not_retried_again_after_the_clients_retries():
+    """The LLM client is the one retry layer for LLM failures: what survives it is
+    dead-lettered, not retried max_retries more times (which would multiply the calls)."""
     calls = 0
 
     async def handler(batch: list[Record]) -> BatchResult:
         nonlocal calls
         calls += 1
-        if calls < 6:  # more failures than max_retries: the store is never given up on
-            raise StoreUnavailable("down")
+        raise LLMTransientError("429 after the client's retries")
+
+    result = await process_batch(handler, [rec(1)], max_retries=3, backoff=0)
+    assert calls == 1
+    assert result.failed[0].reason == "llm_transient"
+
+
+@pytest.mark.parametrize("outage", [StoreUnavailable, BrokerUnavailable])
+async def test_outages_are_retried_without_limit(outage: type[GaamaError]):
+    calls = 0
+
+    async def handler(batch: list[Record]) -> BatchResult:
+        nonlocal calls
+        calls += 1
+        if calls < 6:  # more failures than max_retries: an outage is never given up on
+            raise outage("down")
         return BatchResult()
 
     result = await process_batch(handler, [rec(1)], max_retries=1, backoff=0)

@@ -6,13 +6,7 @@ import numpy as np
 import pytest
 from scipy import sparse
 
-from gaama.model import EdgeKind
-from gaama.retrieval.ppr import (
-    edge_weight,
-    personalized_pagerank,
-    symmetric_adjacency,
-    transition_matrix,
-)
+from gaama.retrieval.ppr import personalized_pagerank, symmetric_adjacency
 
 
 def dense_reference(
@@ -120,16 +114,3 @@ def test_zero_restart_is_uniform_and_empty_graph() -> None:
 def test_symmetric_adjacency_dedupes_both_directions() -> None:
     a = symmetric_adjacency(3, [(0, 1, 0.8), (1, 0, 0.8), (1, 2, 0.5), (2, 2, 1.0)])
     assert a.toarray() == pytest.approx(np.array([[0, 0.8, 0], [0.8, 0, 0.5], [0, 0.5, 0]]))
-
-
-def test_edge_weight_is_type_weight_times_stored_squared() -> None:
-    assert edge_weight(EdgeKind.NEXT, 1.0) == pytest.approx(0.8)
-    assert edge_weight(EdgeKind.DERIVED_FROM_FACT, 0.5) == pytest.approx(0.5 * 0.25)
-    assert edge_weight(EdgeKind.ABOUT_CONCEPT, 0.9) == pytest.approx(0.8 * 0.81)
-
-
-def test_transition_rows() -> None:
-    w = np.array([[0, 1.0, 3.0], [1.0, 0, 0], [3.0, 0, 0]])
-    p = transition_matrix(sparse.csr_matrix(w), degrees=np.array([60, 1, 1]))
-    assert p.toarray()[0] == pytest.approx([0, 0.125, 0.375])  # normalised, then × 0.5
-    assert p.toarray()[1] == pytest.approx([1, 0, 0])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from gaama.retrieval.search import cosine
-from gaama.store.graph import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
+from gaama.retrieval.scoring import cosine
+from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
 
 
 def test_float32_is_exact_and_the_int8_copy_keeps_the_direction():

@@ -107,7 +107,9 @@ class ExtractionPipeline:
             log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
             return None
         try:
-            for _ in range(_GONE_RETRIES):
+            for attempt in range(_GONE_RETRIES):
+                if attempt and not await self.d.chunks.extend(token, lock_ttl):
+                    return None  # the lock expired meanwhile: another worker may be closing it
                 episode_ids = await self.d.chunks.episodes(tenant, conversation)
                 if not episode_ids:
                     return None

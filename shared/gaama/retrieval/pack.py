@@ -2,8 +2,8 @@
 
 The rule, precisely:
 
-1. Rank every candidate by score (ties: higher similarity, then id). Concepts (and baseline
-   entities) are never returned.
+1. Rank every candidate by score (ties: higher similarity, then id). Concepts are never
+   returned.
 2. Caps per kind: only the best ``cap`` facts, reflections and episodes stay eligible.
 3. Word budget, trimmed in proportion to the caps. Each kind with at least one eligible item gets
    a share ``budget · cap_kind / Σ caps`` (the sum over those kinds, so a kind with nothing to
@@ -89,13 +89,8 @@ def rank_key(item: Item) -> tuple[float, float, str]:
 
 
 def rank(items: Iterable[Item]) -> list[Item]:
-    """Returnable items (no concepts or entities) best first."""
+    """Returnable items (no concepts) best first."""
     return sorted((i for i in items if i.kind in RETURNED_KINDS), key=rank_key)
-
-
-def top_k(items: Iterable[Item], k: int) -> list[Item]:
-    """The ``k`` best returnable items, by score."""
-    return rank(items)[:k]
 
 
 def capped(items: Iterable[Item], caps: Caps) -> list[Item]:

@@ -4,10 +4,11 @@ The walk, on an undirected weighted adjacency ``W`` (edges followed in both dire
 
 - ``P = D⁻¹ W`` is ``W`` row-normalised: a node hands its mass to its neighbours in proportion to
   the edge weights.
-- Hub dampening is applied *after* normalising: the row of a node whose (full, store-wide)
-  degree exceeds ``hub_degree`` is multiplied by ``hub_dampening``. The authors' code scales the
-  hub's weights *before* normalising, which the normalisation undoes exactly (so their hub
-  dampening never changed a score; ``tests/unit/test_hub_dampening.py`` proves both points).
+- Hub dampening is applied *after* normalising: the row of a hub (full, store-wide degree
+  above ``hub_degree``, :func:`gaama.model.is_hub`) is multiplied by ``hub_dampening``. The
+  authors' code scales the hub's weights *before* normalising, which the normalisation undoes
+  exactly (so their hub dampening never changed a score; ``tests/unit/test_hub_dampening.py``
+  proves both points).
 - Mass that a row no longer hands on (the share a hub keeps back, and all of a dangling node's
   mass) returns to the restart distribution ``s``, so the total stays 1 at every step.
 - One step: ``x ← (1 − α)·s + α·(Pᵀx + leak(x)·s)`` with ``leak(x) = Σᵢ xᵢ·(1 − rowsumᵢ(P))``;
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import sparse
 
-from gaama.model import EDGE_TYPE_WEIGHTS, EdgeKind
+from gaama.model import is_hub
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,11 +36,6 @@ class PPRResult:
     scores: np.ndarray
     iterations: int
     converged: bool
-
-
-def edge_weight(kind: EdgeKind, stored: float) -> float:
-    """Walk weight of an edge: its type weight times the square of its stored weight (§1 step 4)."""
-    return EDGE_TYPE_WEIGHTS[kind] * stored * stored
 
 
 def symmetric_adjacency(
@@ -85,30 +81,6 @@ def symmetric_adjacency(
     return sparse.csr_matrix((data[order], cols[order].astype(np.int32), indptr), shape=(n, n))
 
 
-def transition_matrix(
-    adjacency: sparse.csr_matrix,
-    *,
-    degrees: np.ndarray | None = None,
-    hub_degree: int = 50,
-    hub_dampening: float = 0.5,
-) -> sparse.csr_matrix:
-    """Row-normalised transition matrix with hub rows scaled down afterwards.
-
-    Args:
-        adjacency: Non-negative ``n × n`` weights.
-        degrees: Each node's full degree in the store; when omitted, its degree in ``adjacency``
-            (which undercounts hubs whose neighbours were not all expanded).
-        hub_degree: Nodes with degree strictly above this are hubs.
-        hub_dampening: Factor applied to a hub's normalised row (1.0 = no dampening).
-
-    Returns:
-        ``P`` with row sums 1 (ordinary nodes), ``hub_dampening`` (hubs) or 0 (dangling).
-    """
-    adj = sparse.csr_matrix(adjacency, dtype=np.float64)
-    scale, _ = _row_scale(adj, degrees, hub_degree, hub_dampening)
-    return sparse.csr_matrix(sparse.diags(scale) @ adj)
-
-
 def _row_scale(
     adj: sparse.csr_matrix, degrees: np.ndarray | None, hub_degree: int, hub_dampening: float
 ) -> tuple[np.ndarray, np.ndarray]:
@@ -119,7 +91,7 @@ def _row_scale(
     if degrees is None:
         degrees = np.diff(adj.indptr)
     # Dampening multiplies the already-normalised row, so it cannot be normalised away.
-    scale[np.asarray(degrees) > hub_degree] *= hub_dampening
+    scale[is_hub(np.asarray(degrees), hub_degree)] *= hub_dampening
     return scale, row_sums
 
 

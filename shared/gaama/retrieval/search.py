@@ -17,15 +17,15 @@ choices the paper leaves open, made here:
   weight) until the subgraph holds ``max_expanded`` (300) nodes; then no further adjacency is
   read. The subgraph holds every edge read on the way; edges between nodes whose adjacency was
   not read (the outermost ring, nodes reached after the subgraph filled) are left out. Every
-  node's degree for hub detection is its full store degree. On LoCoMo, 300 nodes lost no recall
-  against 500 or 4000, nor did stopping the reads once full.
+  node's degree for hub detection is its full store degree (the bound's recall:
+  docs/benchmarks.md, "Subgraph bound and read-ahead").
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. While
   PPR runs (``ppr_inline_max`` says in which thread), Redis reads the stored fields and the int8
   copy of the vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
   outside the pool (nearest the most similar seeds, heaviest edges first;
   :meth:`GraphStore.read_vectors_during`); their cosine similarity is computed here
-  (microseconds, within 1.5e-3 of the float32 value), and the ``expanded_candidates`` (80) of
+  (the int8 copy keeps the direction: docs/benchmarks.md), and the ``expanded_candidates`` (80) of
   them with the most PPR mass join the candidates. The two overlap, so the read costs little
   latency.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
@@ -54,7 +54,6 @@ from pydantic import ValidationError as PydanticValidationError
 from gaama.config import RetrievalSettings, Settings
 from gaama.embed import Embedder
 from gaama.errors import ValidationError
-from gaama.ids import kind_of
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
 from gaama.retrieval.pack import (
@@ -63,7 +62,6 @@ from gaama.retrieval.pack import (
     Item,
     Provenance,
     pack,
-    rank_key,
     render_memory,
 )
 from gaama.retrieval.pack import total_words as count_words
@@ -72,7 +70,9 @@ from gaama.retrieval.ppr import (
     personalized_pagerank,
     symmetric_adjacency,
 )
-from gaama.store.graph import Expansion, GraphStore
+from gaama.retrieval.scoring import cosine, node_kind, score_candidates
+from gaama.store.graph import GraphStore
+from gaama.store.subgraph import Expansion
 from gaama.store.vectors import VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
@@ -133,11 +133,6 @@ def resolve_params(
     except PydanticValidationError as exc:
         msgs = [f"params.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
         raise ValidationError("; ".join(msgs)) from None
-
-
-def _norm_max(values: np.ndarray) -> np.ndarray:
-    top = float(values.max()) if values.size else 0.0
-    return values / top if top > 0 else np.zeros_like(values)
 
 
 class Retriever:
@@ -249,8 +244,8 @@ class Retriever:
             outside = read_ahead_order(sub.nodes, len(seeds), sims)
             dim, limit = int(qvec.size), max(p.expanded_read, p.expanded_candidates)
             if ppr_size(sub) <= p.ppr_inline_max:
-                # A bounded walk (the default 300 nodes: ~0.3 ms) runs in this thread while Redis
-                # executes the read, the request already sent. Under CPython a worker thread
+                # A bounded walk runs in this thread while Redis executes the read, the request
+                # already sent. Under CPython a worker thread
                 # holds the GIL while it computes, so for a short walk it frees nothing for the
                 # event loop and only adds two handoffs (``ppr_inline_max`` in the settings).
                 shown_ahead, ahead_vectors, result = await self.graph.read_vectors_during(
@@ -277,7 +272,7 @@ class Retriever:
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
-        items = _score(sims, ppr, w_ppr, w_sim, keep=(k, caps))  # best first
+        items = score_candidates(sims, ppr, w_ppr, w_sim, keep=(k, caps))  # best first
         for item in items:
             _show(item, shown.get(item.id, {}))
         items = [i for i in items if i.text]  # a node deleted since it was read has none
@@ -346,25 +341,7 @@ def ppr_size(sub: Expansion) -> int:
 def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:
     """The expanded nodes the read-ahead may read, in admission order: ``nodes`` past the first
     ``n_seeds`` (the seeds) that are of a returned kind and not in the KNN ``pool``."""
-    return [n for n in nodes[n_seeds:] if n not in pool and _kind(n) in RETURNED_KINDS]
-
-
-def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row of ``vectors`` to ``query`` (0 for a zero vector), as the
-    vector index's COSINE distance defines it (similarity = 1 − distance).
-
-    In float32 like the index, with einsum rather than a BLAS call: einsum runs in the calling
-    thread, where OpenBLAS may hand a product of this size to its worker threads, which then
-    spin on the core the rest of the request needs.
-    """
-    if not len(vectors):
-        return np.zeros(0)
-    v = np.asarray(vectors, dtype=np.float32)
-    q = np.asarray(query, dtype=np.float32)
-    dots = np.einsum("ij,j->i", v, q)
-    norms = np.sqrt(np.einsum("ij,ij->i", v, v)) * np.float32(np.sqrt(q @ q))
-    out: np.ndarray = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
-    return out.astype(np.float64)
+    return [n for n in nodes[n_seeds:] if n not in pool and node_kind(n) in RETURNED_KINDS]
 
 
 def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
@@ -395,58 +372,3 @@ def _show(item: Item, fields: Mapping[str, str]) -> None:
             item.provenance = [Provenance(item.id, turn)]
     elif item.kind is NodeKind.FACT and (sources := get("sources")):
         item.sources = tuple(e for e in sources.split(",") if e)
-
-
-def _kind(node: str) -> NodeKind | None:
-    try:
-        return kind_of(node)
-    except ValueError:
-        return None
-
-
-def _score(
-    sims: Mapping[str, float],
-    ppr: Mapping[str, float],
-    w_ppr: float,
-    w_sim: float,
-    keep: tuple[int, Caps] | None = None,
-) -> list[Item]:
-    """Items of the returnable candidates with max-normalised sim and PPR and the final score,
-    best first (the order of :func:`~gaama.retrieval.pack.rank`).
-
-    With ``keep=(k, caps)`` only items that can reach the top k or a kind's cap are built (with
-    a margin for nodes that turn out to have no text): the rest cannot be returned.
-    """
-    ids: list[str] = []
-    kinds: list[NodeKind] = []
-    for node in dict.fromkeys([*sims, *ppr]):
-        kind = _kind(node)
-        if kind is not None and kind in RETURNED_KINDS:
-            ids.append(node)
-            kinds.append(kind)
-    if not ids:
-        return []
-    sim = _norm_max(np.clip(np.array([sims.get(n, 0.0) for n in ids]), 0.0, None))
-    pr = _norm_max(np.array([ppr.get(n, 0.0) for n in ids]))
-    score = w_ppr * pr + w_sim * sim
-    order: list[int] = np.argsort(-score, kind="stable").tolist()
-    if keep is not None:
-        k, caps = keep
-        room = {kind: caps.cap(kind) + _MARGIN for kind in RETURNED_KINDS}
-        picked = []
-        for position, idx in enumerate(order):  # the top k, and what each kind's cap takes
-            if room[kinds[idx]] > 0:
-                room[kinds[idx]] -= 1
-                picked.append(idx)
-            elif position < k + _MARGIN:
-                picked.append(idx)
-        order = picked
-    sim_l, pr_l, score_l = sim.tolist(), pr.tolist(), score.tolist()
-    items = [
-        Item(id=ids[i], kind=kinds[i], sim=sim_l[i], ppr=pr_l[i], score=score_l[i]) for i in order
-    ]
-    items.sort(key=rank_key)  # ties of the score: higher similarity, then id
-    return items
-
-
-_MARGIN = 10  # extra items kept past k and the caps, for nodes that turn out to have no text

@@ -17,7 +17,9 @@ import numpy as np
 
 from gaama.errors import ValidationError
 from gaama.model import Edge, Node
-from gaama.store.graph import GraphStore, as_text, node_mapping, store_errors, vector_fields
+from gaama.store.codecs import as_text, node_mapping, vector_fields
+from gaama.store.errors import store_errors
+from gaama.store.graph import GraphStore
 
 _SCAN_COUNT = 1000
 _UNLINK_BATCH = 1000

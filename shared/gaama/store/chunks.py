@@ -5,8 +5,9 @@ per-tenant sorted set of conversations with an open chunk (by last update) for t
 
 Appends are idempotent (Lua: an episode already in the chunk, or already extracted, is ignored).
 Closing trims only the episodes that were extracted — in the same MULTI/EXEC as the graph writes —
-so an episode appended meanwhile stays for the next chunk. A lock (SET NX PX) lets one worker at a
-time close a given conversation's chunk; it expires if that worker dies.
+so an episode appended meanwhile stays for the next chunk. A lock (redis-py's :class:`Lock`: SET NX
+PX with a random token) lets one worker at a time close a given conversation's chunk; it expires
+if that worker dies, and the holder extends it before each further attempt.
 
 Every Redis call runs inside :func:`~gaama.store.errors.store_errors`: an outage reaches the
 caller as ``StoreUnavailable`` (retried by the runtime), never as a raw redis-py error.
@@ -14,30 +15,17 @@ caller as ``StoreUnavailable`` (retried by the runtime), never as a raw redis-py
 
 from __future__ import annotations
 
-import secrets
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from redis.asyncio.lock import Lock
+from redis.exceptions import LockError, LockNotOwnedError
 
+from gaama.store import scripts
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
-
-# KEYS: list, meta, node, open-zset; ARGV: episode id, words, now, conversation
-_APPEND = """
-if redis.call('HEXISTS', KEYS[3], 'chunk') == 1 then return {-1, 0} end
-if redis.call('LPOS', KEYS[1], ARGV[1]) then return {-2, 0} end
-redis.call('RPUSH', KEYS[1], ARGV[1])
-local words = redis.call('HINCRBY', KEYS[2], 'words', ARGV[2])
-redis.call('HSET', KEYS[2], 'updated', ARGV[3])
-redis.call('ZADD', KEYS[4], ARGV[3], ARGV[4])
-return {redis.call('LLEN', KEYS[1]), words}
-"""
-
-_UNLOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def _s(value: Any) -> str:
@@ -56,8 +44,7 @@ class ChunkStore:
     def __init__(self, redis: aioredis.Redis, keys: Keys) -> None:
         self.redis = redis
         self.keys = keys
-        self._append = redis.register_script(_APPEND)
-        self._unlock = redis.register_script(_UNLOCK)
+        self._append = scripts.register(redis, "chunk_append.lua")
 
     def _k(self, tenant: str, conversation: str) -> tuple[str, str]:
         return (
@@ -149,22 +136,32 @@ class ChunkStore:
                 out += [(tenant, _s(c)) for c in convs]
         return out[:limit]
 
-    async def lock(self, tenant: str, conversation: str, ttl_s: float) -> str | None:
-        token = secrets.token_hex(8)
+    async def lock(self, tenant: str, conversation: str, ttl_s: float) -> Lock | None:
+        """The close lock of a conversation's chunk for ``ttl_s`` seconds, or None when another
+        worker holds it."""
+        lock = self.redis.lock(
+            self.keys.state(tenant, "chunklock", conversation),
+            timeout=ttl_s,
+            blocking=False,
+            thread_local=False,
+        )
         with store_errors():
-            ok = await self.redis.set(
-                self.keys.state(tenant, "chunklock", conversation),
-                token,
-                nx=True,
-                px=int(ttl_s * 1000),
-            )
-        return token if ok else None
+            return lock if await lock.acquire() else None
 
-    async def unlock(self, tenant: str, conversation: str, token: str) -> None:
+    async def extend(self, lock: Lock, ttl_s: float) -> bool:
+        """Hold ``lock`` for another ``ttl_s`` seconds from now; False when it was lost (it
+        expired, and maybe another worker holds it now)."""
         with store_errors():
-            await self._unlock(
-                keys=[self.keys.state(tenant, "chunklock", conversation)], args=[token]
-            )
+            try:
+                return bool(await lock.extend(ttl_s, replace_ttl=True))
+            except LockError:
+                return False
+
+    async def unlock(self, tenant: str, conversation: str, lock: Lock) -> None:
+        """Release ``lock`` if this worker still holds it (``tenant`` and ``conversation`` name
+        the chunk, for the callers' symmetry with :meth:`lock`)."""
+        with store_errors(), contextlib.suppress(LockNotOwnedError):
+            await lock.release()  # not owned: it expired (and maybe another worker holds it)
 
     async def open_conversations(self, tenant: str) -> list[str]:
         """Conversations of ``tenant`` with an open chunk."""

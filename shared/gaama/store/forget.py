@@ -24,32 +24,20 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 import redis.asyncio as aioredis
 
 from gaama import ids
 from gaama.model import NodeKind
+from gaama.store import scripts
+from gaama.store.codecs import as_text
 from gaama.store.errors import store_errors
-from gaama.store.graph import as_text
 from gaama.store.keys import Keys
 
 AUDIT_MAX = 10_000
 _BATCH = 200
 _KINDS = ("episode", "fact", "reflection", "concept")
-
-# KEYS: request hash, the tenant's ingest counter; ARGV: lane. The first cut of a lane wins
-# (a redelivered forget must not move it past turns sent after the request).
-_CUT = """
-local v = redis.call('GET', KEYS[2]) or '0'
-redis.call('HSETNX', KEYS[1], 'cut:' .. ARGV[1], v)
-return redis.call('HGET', KEYS[1], 'cut:' .. ARGV[1])
-"""
-
-
-def _script(name: str) -> str:
-    return resources.files("gaama.store").joinpath("lua", name).read_text(encoding="utf-8")
 
 
 def marker(scope: str, scope_id: str) -> str:
@@ -93,8 +81,8 @@ class ForgetStore:
     def __init__(self, redis: aioredis.Redis, keys: Keys | None = None) -> None:
         self.redis = redis
         self.keys = keys or Keys()
-        self._cut = redis.register_script(_CUT)
-        self._forget = redis.register_script(_script("forget_episodes.lua"))
+        self._cut = scripts.register(redis, "forget_cut.lua")
+        self._forget = scripts.register(redis, "forget_episodes.lua")
 
     # --- keys --------------------------------------------------------------------------------
 

@@ -28,7 +28,8 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from gaama import ids
-from gaama.store.graph import TAG_FIELDS, as_text, store_errors
+from gaama.store.codecs import TAG_FIELDS, as_text
+from gaama.store.errors import store_errors
 from gaama.store.vectors import VectorIndex, has_exact_tags
 
 Progress = Callable[[str], None]

@@ -28,7 +28,8 @@ from redisvl.schema import IndexSchema
 from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.graph import TAG_FIELDS, VECTOR_FIELD, as_text, store_errors
+from gaama.store.codecs import TAG_FIELDS, VECTOR_FIELD, as_text
+from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
 

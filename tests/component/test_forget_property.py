@@ -25,7 +25,7 @@ from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 from services.query.memories import ListQuery, list_memories, visible
-from tests.integration.test_forget_cascade import START, dump, graph_of, residue
+from tests.component.test_forget_cascade import START, dump, graph_of, residue
 from tests.support.stream import Stream, record
 
 pytestmark = pytest.mark.requires_stack

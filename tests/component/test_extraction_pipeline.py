@@ -15,6 +15,7 @@ from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
 from gaama.model import EdgeKind, NodeKind
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore
+from tests.support.redis_state import namespace_size
 
 pytestmark = pytest.mark.requires_stack
 
@@ -108,10 +109,10 @@ async def test_end_of_session_closes_chunk_and_writes_all_edge_kinds(
     }
 
     # Redelivering every episode event changes nothing.
-    before = await graph.redis.dbsize()
+    before = await namespace_size(graph)
     for ev in events:
         assert await extract.on_episode(ev) == []
-    assert await graph.redis.dbsize() == before
+    assert await namespace_size(graph) == before
 
 
 async def test_chunks_respect_word_limit_and_idle_timeout(settings, graph, index, embedder):

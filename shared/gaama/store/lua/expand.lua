@@ -1,0 +1,132 @@
+-- The whole 2-hop expansion of a search in one call (see GraphStore.expand): breadth-first from
+-- the seeds, edges followed both ways; hubs are not expanded through; a node's neighbours are
+-- admitted heaviest walk weight first (ties by id); nodes outside the scope are dropped (concepts
+-- are bridges and always kept); at most ARGV[5] nodes, and once that many are in, no further
+-- adjacency is read. Degrees come from the degree index (HLEN for a node it lacks).
+--
+-- The walk weight and the hub rule are defined in Python (gaama.model.walk_weight, is_hub) and
+-- arrive here as arguments: the type weights, the power of the stored weight, the hub degree.
+--
+-- KEYS[1] an adjacency key of the tenant (routes the call)   KEYS[2] the tenant's degree index
+-- ARGV[1] adj prefix   ARGV[2] node prefix   ARGV[3] hops
+-- ARGV[4] hub degree: a node whose degree is above it is a hub
+-- ARGV[5] max nodes   ARGV[6] conversation ('' = any)   ARGV[7] subject ('' = any)
+-- ARGV[8] concept id prefix   ARGV[9] type weights "KIND=w;..."
+-- ARGV[10] power of the stored weight in the walk weight   ARGV[11] fixed-point units
+-- ARGV[12..] the seeds
+-- Reply: {node ids, full degrees, edges i, j, w, i, j, w, ...}: each edge once, as indexes into
+-- the ids and its walk weight in fixed-point units (integers cross the Lua boundary exactly and
+-- parse without string handling). Keys are built from the prefixes: every key of a tenant shares
+-- its hash slot.
+local find, sub, call, num = string.find, string.sub, redis.call, tonumber
+local adjp, nodep = ARGV[1], ARGV[2]
+local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
+local conv, subj, concept = ARGV[6], ARGV[7], ARGV[8]
+local tw = {}
+for kind, w in string.gmatch(ARGV[9], '([^=;]+)=([^;]+)') do tw[kind] = num(w) end
+local power, units = num(ARGV[10]), num(ARGV[11])
+local degk = KEYS[2]
+local degree = {}
+-- Full store degree of each id not known yet: the degree index in one HMGET per 500 ids, HLEN
+-- for a node it does not hold (data written before the index existed).
+local function load_degrees(ids)
+  local todo = {}
+  for _, v in ipairs(ids) do
+    if degree[v] == nil then todo[#todo + 1] = v end
+  end
+  for i = 1, #todo, 500 do
+    local part = {unpack(todo, i, math.min(i + 499, #todo))}
+    local got = call('HMGET', degk, unpack(part))
+    for j, v in ipairs(part) do
+      degree[v] = num(got[j]) or call('HLEN', adjp .. v)
+    end
+  end
+end
+local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
+local function walk(val)
+  local ww = weights[val]
+  if ww == nil then
+    local bar = find(val, '|', 1, true)
+    if bar then
+      local w = num(sub(val, bar + 3)) or 0
+      ww = (tw[sub(val, 1, bar - 1)] or 0) * w ^ power
+    else
+      ww = 0  -- not an adjacency value of ours: no walk weight
+    end
+    weights[val] = ww
+  end
+  return ww
+end
+local scoped = conv ~= '' or subj ~= ''
+local verdict = {}
+local function in_scope(v)
+  if not scoped or sub(v, 1, #concept) == concept then return true end
+  local ok = verdict[v]
+  if ok == nil then
+    local f = call('HMGET', nodep .. v, 'conversation', 'subject')
+    ok = (conv == '' or f[1] == conv) and (subj == '' or f[2] == subj)
+    verdict[v] = ok
+  end
+  return ok
+end
+local nw = {}  -- walk weight of each neighbour of the node being read
+local function heavier(a, b)
+  local x, y = nw[a], nw[b]
+  if x ~= y then return x > y end
+  return a < b
+end
+local nodes, index = {}, {}
+local count = 0
+for i = 12, #ARGV do
+  local s = ARGV[i]
+  if not index[s] then count = count + 1; nodes[count] = s; index[s] = count end
+end
+local frontier = {}
+for i = 1, count do frontier[i] = nodes[i] end
+-- every edge read: from, to, stored value (weights are parsed only for edges that are kept)
+local eu, ev, ex, read = {}, {}, {}, {}
+local ne = 0
+for hop = 1, hops do
+  if #frontier == 0 or count >= cap then break end
+  local ring = {}
+  load_degrees(frontier)
+  for _, u in ipairs(frontier) do
+    if count >= cap then break end  -- full: no more reads (see GraphStore.expand)
+    local key = adjp .. u
+    if degree[u] <= hub then  -- not a hub (gaama.model.is_hub)
+      read[u] = true
+      local flat = call('HGETALL', key)
+      local nbs, nn = {}, 0
+      for j = 1, #flat, 2 do
+        local v, val = flat[j], flat[j + 1]
+        ne = ne + 1
+        eu[ne] = u; ev[ne] = v; ex[ne] = val
+        if not index[v] then nn = nn + 1; nbs[nn] = v; nw[v] = walk(val) end
+      end
+      if nn > 1 then table.sort(nbs, heavier) end
+      for i = 1, nn do
+        if count >= cap then break end
+        local v = nbs[i]
+        if not index[v] and in_scope(v) then
+          count = count + 1; nodes[count] = v; index[v] = count; ring[#ring + 1] = v
+        end
+      end
+    end
+  end
+  frontier = ring
+end
+load_degrees(nodes)
+local degrees, out = {}, {}
+for i = 1, count do degrees[i] = degree[nodes[i]] end
+local no = 0
+for i = 1, ne do
+  local j, v = index[ev[i]], ev[i]
+  -- an edge read from both ends is kept once, from its lower-indexed end
+  if j and (not read[v] or index[eu[i]] < j) then
+    out[no + 1] = index[eu[i]] - 1
+    out[no + 2] = j - 1
+    out[no + 3] = math.floor(walk(ex[i]) * units + 0.5)
+    no = no + 3
+  end
+end
+return {nodes, degrees, out}
