@@ -168,8 +168,7 @@ def create_app(
             )
         try:
             for kind, n in (await deps.index.count()).items():
-                if kind != "entity":
-                    gauge.labels(kind).set(n)
+                gauge.labels(kind).set(n)
             if deps.forget is not None:
                 oldest = await deps.forget.forgets.oldest_pending()
                 age = 0.0 if oldest is None else max(0.0, time.time() - oldest)

@@ -18,7 +18,7 @@ from gaama.store import connect
 from gaama.store.durability import Durability
 from gaama.store.graph import GraphStore
 from services.ingest.handlers import IngestDeps, handle
-from tests.integration.test_forget_cascade import C1, C2, turns
+from tests.component.test_forget_cascade import C1, C2, turns
 from tests.support.stream import record
 
 pytestmark = pytest.mark.requires_stack
