@@ -9,7 +9,7 @@ from gaama.extract.types import (
     ReflectionInput,
 )
 from gaama.llm import prompts
-from gaama.llm.client import parse_json_object
+from gaama.llm.replies import parse_json_object
 from gaama.llm.validation import (
     normalize_label,
     validate_extraction,
@@ -117,3 +117,12 @@ def test_prompts_render_and_check_placeholders() -> None:
         prompts.render("answer", question="q")
     with pytest.raises(ConfigError, match="unknown prompt"):
         prompts.render("nope")
+
+
+def test_pathological_answers_are_errors_not_crashes() -> None:
+    """100,000 nested brackets made json.loads recurse until Python gave up (RecursionError,
+    which no handler expected); now it is the ValueError every caller handles."""
+    with pytest.raises(ValueError, match="no JSON object"):
+        parse_json_object("{" * 100_000)
+    with pytest.raises(ValueError):
+        parse_json_object('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}")

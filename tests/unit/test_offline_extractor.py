@@ -7,7 +7,8 @@ from datetime import UTC, datetime
 
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import GENERIC_WORDS
-from gaama.extract.offline import OfflineExtractor, rewrite_pronouns
+from gaama.extract.offline import OfflineExtractor
+from gaama.extract.pronouns import rewrite_pronouns
 from gaama.extract.types import (
     EpisodeView,
     ExtractionContext,

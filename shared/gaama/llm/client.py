@@ -38,6 +38,7 @@ from gaama.errors import (
     LLMTransientError,
 )
 from gaama.llm.cassette import Cassette, request_key
+from gaama.llm.replies import BadOutput, Transient, parse_json_object, retry_after_s
 from gaama.metrics import LLMMetrics, llm_metrics
 
 log = logging.getLogger(__name__)
@@ -48,68 +49,7 @@ FormatMode = Literal["json_schema", "json_object", "text"]
 #: better served by the stage's own retry and dead-letter path than by a parked coroutine.
 MAX_BACKOFF_S = 30.0
 
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
 _FORMAT_REJECTION = re.compile(r"response_format|json_schema|json_object|structured", re.I)
-
-
-class _Transient(Exception):
-    """One failed attempt that may succeed if repeated."""
-
-    def __init__(self, reason: str, detail: str, retry_after: float | None = None) -> None:
-        super().__init__(detail)
-        self.reason = reason
-        self.retry_after = retry_after
-
-
-class _BadOutput(Exception):
-    """An answer that arrived but is not a usable JSON object."""
-
-
-def parse_json_object(text: str) -> dict[str, Any]:
-    """Parse the JSON object in ``text``, tolerating Markdown fences and surrounding prose.
-
-    Args:
-        text: Model output.
-
-    Returns:
-        The parsed object.
-
-    Raises:
-        ValueError: no JSON object can be read from ``text``.
-    """
-    candidates = [text.strip()]
-    candidates += [m.group(1).strip() for m in _FENCE.finditer(text)]
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
-    for cand in candidates:
-        if not cand:
-            continue
-        try:
-            obj = json.loads(cand)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(obj, dict):
-            return obj
-    raise ValueError(f"no JSON object in model output ({len(text)} chars): {text[:200]!r}")
-
-
-def _retry_after_s(response: Any) -> float | None:
-    """Seconds asked for by ``retry-after-ms`` / ``retry-after`` (numeric forms only)."""
-    headers = getattr(response, "headers", None)
-    if headers is None:
-        return None
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            continue  # an HTTP date: rare from LLM servers; fall back to our own backoff
-        if seconds >= 0:
-            return seconds
-    return None
 
 
 class LLMClient:
@@ -283,7 +223,7 @@ class LLMClient:
         while True:
             try:
                 return await self._attempt(stage, system, user, schema, schema_name)
-            except _Transient as exc:
+            except Transient as exc:
                 self._metrics.failures.labels(exc.reason).inc()
                 if transient_failures >= self._max_retries:
                     raise LLMTransientError(
@@ -303,7 +243,7 @@ class LLMClient:
                     delay,
                 )
                 await asyncio.sleep(delay)
-            except _BadOutput as exc:
+            except BadOutput as exc:
                 self._metrics.failures.labels("malformed").inc()
                 if output_failures >= self._output_retries:
                     raise LLMOutputError(
@@ -366,11 +306,11 @@ class LLMClient:
                         **kwargs, timeout=self._timeout_s
                     )
             except TimeoutError as exc:
-                raise _Transient("timeout", f"no answer within {self._timeout_s}s") from exc
+                raise Transient("timeout", f"no answer within {self._timeout_s}s") from exc
             except openai.APITimeoutError as exc:
-                raise _Transient("timeout", f"no answer within {self._timeout_s}s") from exc
+                raise Transient("timeout", f"no answer within {self._timeout_s}s") from exc
             except openai.APIConnectionError as exc:
-                raise _Transient("connection", str(exc)) from exc
+                raise Transient("connection", str(exc)) from exc
             except openai.BadRequestError as exc:
                 if fmt != "text" and _FORMAT_REJECTION.search(str(exc)):
                     self._format = "json_object" if fmt == "json_schema" else "text"
@@ -395,11 +335,11 @@ class LLMClient:
     def _classify_status(self, stage: str, exc: openai.APIStatusError) -> Exception:
         status = exc.status_code
         if status == 429:
-            return _Transient("rate_limited", str(exc), _retry_after_s(exc.response))
+            return Transient("rate_limited", str(exc), retry_after_s(exc.response))
         if status >= 500:
-            return _Transient("server_error", str(exc), _retry_after_s(exc.response))
+            return Transient("server_error", str(exc), retry_after_s(exc.response))
         if status == 408:
-            return _Transient("timeout", str(exc))
+            return Transient("timeout", str(exc))
         self._metrics.failures.labels("other").inc()
         if status in (401, 403, 404):
             return ConfigError(
@@ -415,7 +355,7 @@ class LLMClient:
             self._metrics.tokens.labels("out").inc(getattr(usage, "completion_tokens", 0) or 0)
         choices = getattr(completion, "choices", None) or []
         if not choices:
-            raise _BadOutput("response has no choices")
+            raise BadOutput("response has no choices")
         choice = choices[0]
         message = choice.message
         refusal = getattr(message, "refusal", None)
@@ -426,14 +366,14 @@ class LLMClient:
                 reason="refusal",
             )
         if choice.finish_reason == "length":
-            raise _BadOutput("answer truncated (finish_reason=length)")
+            raise BadOutput("answer truncated (finish_reason=length)")
         content = cast(str | None, message.content)
         if not content:
-            raise _BadOutput("empty answer")
+            raise BadOutput("empty answer")
         try:
             answer = parse_json_object(content)
         except ValueError as exc:
-            raise _BadOutput(str(exc)) from exc
+            raise BadOutput(str(exc)) from exc
         log.debug(
             "LLM %s (%s) answered in %s mode, tokens in=%s out=%s",
             self.model,
