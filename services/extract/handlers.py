@@ -14,8 +14,7 @@ from gaama.events import (
     FactsExtracted,
     ForgetRequested,
     conversation_key,
-    decode_stream,
-    split_key,
+    decode_keyed,
 )
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.forgetting import Forgetting
@@ -27,19 +26,7 @@ def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
 
 
 def validate_episode(record: Record) -> EpisodeStored | ForgetRequested:
-    ev = decode_stream(EpisodeStored, record.value)
-    tenant, conversation = split_key(record.key)
-    if isinstance(ev, ForgetRequested):
-        if tenant != ev.tenant:
-            raise ValidationError(
-                "message key's tenant is not the request's", reason="tenant_mismatch"
-            )
-        return ev
-    if (tenant, conversation) != (ev.tenant, ev.conversation):
-        raise ValidationError(
-            "message key does not match the event's tenant/conversation", reason="tenant_mismatch"
-        )
-    return ev
+    return decode_keyed(EpisodeStored, record.key, record.value)
 
 
 async def handle(

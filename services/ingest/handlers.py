@@ -28,10 +28,9 @@ from gaama.events import (
     ForgetRequested,
     TurnReceived,
     conversation_key,
-    decode_stream,
+    decode_keyed,
     describe,
     parse_time,
-    split_key,
 )
 from gaama.forgetting import Forgetting
 from gaama.model import Node
@@ -50,22 +49,10 @@ class IngestDeps:
 def validate_turn(record: Record, settings: Settings) -> TurnReceived | ForgetRequested:
     """Decode a consumed record (a turn, or a forget request riding the same topic) and check it
     against its key; raise ValidationError saying why."""
-    event = decode_stream(TurnReceived, record.value)
-    tenant, conversation = split_key(record.key)
+    event = decode_keyed(TurnReceived, record.key, record.value)
     if isinstance(event, ForgetRequested):
-        if tenant != event.tenant:
-            raise ValidationError(
-                f"key tenant {tenant} does not match the request's {event.tenant}",
-                reason="tenant_mismatch",
-            )
         return event
     turn = event
-    if (tenant, conversation) != (turn.tenant, turn.conversation):
-        raise ValidationError(
-            f"key {tenant}/{conversation} does not match the body's "
-            f"{turn.tenant}/{turn.conversation}",
-            reason="tenant_mismatch",
-        )
     if len(turn.text) > settings.turn_max_chars:
         raise ValidationError(
             f"text has {len(turn.text)} characters; the limit is "

@@ -27,7 +27,7 @@ from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, Sea
 from gaama.store.forget import ForgetStore, Hidden
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
-from services.query.memories import ForgetDeps, visible
+from services.query.memories import ForgetDeps, MemoryOut, visible
 
 log = logging.getLogger("gaama.query")
 
@@ -136,15 +136,7 @@ class NeighbourOut(BaseModel):
     weight: float
 
 
-class NodeResponse(BaseModel):
-    id: str
-    kind: str
-    text: str
-    time: float
-    conversation: str
-    subject: str
-    turn_id: str
-    speaker: str
+class NodeResponse(MemoryOut):
     belief: float
     sources: list[str]
     neighbours: list[NeighbourOut]

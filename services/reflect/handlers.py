@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 
 from gaama.errors import ValidationError
-from gaama.events import FactsExtracted, ForgetRequested, decode_stream, split_key
+from gaama.events import FactsExtracted, ForgetRequested, decode_keyed
 from gaama.extract.reflection import ReflectionPipeline
 from gaama.forgetting import Forgetting
 from gaama.metrics import ForgetMetrics
@@ -27,17 +27,7 @@ async def handle(
     result = BatchResult()
     for record in batch:
         try:
-            ev = decode_stream(FactsExtracted, record.value)
-            if isinstance(ev, ForgetRequested):
-                if split_key(record.key)[0] != ev.tenant:
-                    raise ValidationError(
-                        "message key's tenant is not the request's", reason="tenant_mismatch"
-                    )
-            elif split_key(record.key) != (ev.tenant, ev.conversation):
-                raise ValidationError(
-                    "message key does not match the event's tenant/conversation",
-                    reason="tenant_mismatch",
-                )
+            ev = decode_keyed(FactsExtracted, record.key, record.value)
         except ValidationError as exc:
             result.failed.append(Failure(record, exc.reason, str(exc)))
             continue

@@ -268,6 +268,30 @@ def decode_stream(cls: type[E], raw: bytes | str) -> E | ForgetRequested:
     return decode(cls, raw)
 
 
+def decode_keyed(cls: type[E], key: bytes | str | None, raw: bytes | str) -> E | ForgetRequested:
+    """A stage's input record checked against its message key: the key's tenant must be the
+    event's, and for everything but a fanned-out forget the conversation too.
+
+    Raises:
+        ValidationError: bad JSON, a bad record, or a key that does not match (``tenant_mismatch``).
+    """
+    event = decode_stream(cls, raw)
+    tenant, conversation = split_key(key)
+    if isinstance(event, ForgetRequested):
+        if tenant != event.tenant:
+            raise ValidationError(
+                f"key tenant {tenant} is not the request's {event.tenant}", reason="tenant_mismatch"
+            )
+        return event
+    mine = (getattr(event, "tenant", None), getattr(event, "conversation", None))
+    if (tenant, conversation) != mine:
+        raise ValidationError(
+            f"key {tenant}/{conversation} does not match the event's {mine[0]}/{mine[1]}",
+            reason="tenant_mismatch",
+        )
+    return event
+
+
 def describe(exc: PydanticValidationError) -> str:
     """One line per problem: ``field: message``. The caller's input is never echoed whole."""
     parts = []
