@@ -50,7 +50,7 @@ class Stores:
         return Forgetting(
             ForgetStore(self.redis, keys),
             ChunkStore(self.redis, keys),
-            lock_ttl_s=settings.chunk_lock_s or 60.0,
+            lock_ttl_s=settings.chunk_lock_s or 15.0,
         )
 
 

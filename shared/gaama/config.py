@@ -196,7 +196,9 @@ class Settings(BaseSettings):
     reflect_batch: int = Field(64, ge=1, le=4096)  # facts events per consumer batch
     chunk_words: int = Field(500, ge=20, le=10000)
     chunk_idle_s: float = Field(30.0, gt=0, le=86400)
-    chunk_lock_s: float | None = Field(None, gt=0, le=86400)  # None: derived from LLM timeouts
+    # The close lock's lease, renewed while a close runs (None: 15 s): how soon a dead worker's
+    # chunk can be closed by another.
+    chunk_lock_s: float | None = Field(None, gt=0, le=86400)
     context_episodes: int = Field(10, ge=0, le=100)
     context_concepts: int = Field(5, ge=0, le=100)
     context_words: int = Field(2000, ge=100, le=50000)

@@ -11,17 +11,20 @@ MULTI/EXEC. A redelivered episode is recognised (in the chunk, or marked) and ch
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import numpy as np
 
 from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
-from gaama.errors import NodesGone
+from gaama.errors import NodesGone, RetryableError, StoreUnavailable
 from gaama.events import EpisodeStored, FactsExtracted
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
@@ -36,6 +39,8 @@ log = logging.getLogger("gaama.extract")
 
 #: Times a chunk is re-extracted when a forget removes its sources mid-way.
 _GONE_RETRIES = 3
+#: The close lock's lease when GAAMA_CHUNK_LOCK_S is unset; renewed every third of it.
+DEFAULT_LOCK_S = 15.0
 
 
 def word_count(text: str) -> int:
@@ -76,6 +81,12 @@ class ExtractionPipeline:
         if n and open_words + words > self.s.chunk_words:
             # this turn would overflow the open chunk: close it first, never split a turn
             out += await self._close_all(t, conv, "full")
+            n, open_words = await self.d.chunks.size(t, conv)
+            if n and open_words + words > self.s.chunk_words:
+                # Another worker holds the close (or held it and died: its lock expires within
+                # GAAMA_CHUNK_LOCK_S). Appending now would overfill the chunk and move every
+                # later boundary; the runtime retries this record instead.
+                raise RetryableError(f"the open chunk of {t}/{conv} is being closed elsewhere")
         res = await self.d.chunks.append(t, conv, ev.episode_id, words, self._now())
         if res.already_extracted:
             return out
@@ -99,13 +110,14 @@ class ExtractionPipeline:
         return out
 
     async def close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
-        # Long enough for the slowest extraction; if the holder dies it expires and the idle
-        # timer (or a redelivery) closes the chunk.
-        lock_ttl = self.s.chunk_lock_s or self.s.llm_timeout_s * (self.s.llm_max_retries + 1) + 30
+        # A short lease, renewed while the close runs (however long the LLM takes): if this
+        # worker dies, the chunk is free again within GAAMA_CHUNK_LOCK_S.
+        lock_ttl = self.s.chunk_lock_s or DEFAULT_LOCK_S
         token = await self.d.chunks.lock(tenant, conversation, lock_ttl)
         if token is None:
             log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
             return None
+        lease = asyncio.create_task(self._renew(token, lock_ttl))
         try:
             for attempt in range(_GONE_RETRIES):
                 if attempt and not await self.d.chunks.extend(token, lock_ttl):
@@ -122,7 +134,18 @@ class ExtractionPipeline:
                     await self.d.chunks.remove(tenant, conversation, exc.missing, 0)
             return None
         finally:
+            lease.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await lease
             await self.d.chunks.unlock(tenant, conversation, token)
+
+    async def _renew(self, token: Any, ttl_s: float) -> None:
+        while await asyncio.sleep(ttl_s / 3, result=True):
+            try:
+                if not await self.d.chunks.extend(token, ttl_s):
+                    return  # lost: the write's WATCH and the trim keep a second close harmless
+            except StoreUnavailable:
+                continue  # an outage: the close itself will fail and be retried
 
     async def _load_chunk(self, tenant: str, episode_ids: list[str]) -> list[EpisodeView]:
         nodes = await self.d.graph.get_nodes(tenant, episode_ids)
