@@ -175,15 +175,20 @@ class TurnsIn(BaseModel):
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
 
 
+class MalformedBody(ValidationError):
+    """A request body that is not JSON (HTTP 400)."""
+
+    reason = "malformed"
+    http_status = 400
+
+
 def parse_json(raw: bytes) -> Any:
-    """A request body as JSON; ValidationError for anything else (including nesting past the
+    """A request body as JSON; MalformedBody for anything else (including nesting past the
     parser's limit and lone surrogates, which ``json.loads`` would crash on or let through)."""
     try:
         return from_json(raw)
     except ValueError as exc:
-        raise ValidationError(
-            f"body is not valid JSON: {ids.preview(str(exc), 200)[1:-1]}"
-        ) from None
+        raise MalformedBody(f"body is not valid JSON: {ids.preview(str(exc), 200)[1:-1]}") from None
 
 
 def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[TurnReceived]:
