@@ -47,9 +47,24 @@ class IngestDeps:
     forgetting: Forgetting | None = None
 
 
+def record_max_bytes(settings: Settings) -> int:
+    """The largest turn record worth decoding: every text field at its limit, each character at
+    its longest JSON form (12 bytes: an ASCII-escaped surrogate pair), plus the envelope. Larger
+    records are dead-lettered before they are parsed."""
+    chars = settings.turn_max_chars + CAPTION_MAX + SPEAKER_MAX + 3 * ids.IDENT_MAX
+    return 12 * chars + 4096
+
+
 def validate_turn(record: Record, settings: Settings) -> TurnReceived | ForgetRequested:
     """Decode a consumed record (a turn, or a forget request riding the same topic) and check it
     against its key; raise ValidationError saying why."""
+    limit = record_max_bytes(settings)
+    if len(record.value) > limit:
+        raise ValidationError(
+            f"record of {len(record.value)} bytes; a turn is at most {limit} bytes "
+            f"(derived from GAAMA_TURN_MAX_CHARS)",
+            reason="too_large",
+        )
     event = decode_stream(TurnReceived, record.value)
     tenant, conversation = split_key(record.key)
     if isinstance(event, ForgetRequested):
@@ -203,7 +218,8 @@ def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[Turn
     for i, t in enumerate(req.turns):
         if len(t.text) > settings.turn_max_chars:
             raise ValidationError(
-                f"turns.{i}.text: {len(t.text)} characters; the limit is {settings.turn_max_chars}",
+                f"turns.{i}.text: {len(t.text)} characters; the limit is "
+                f"{settings.turn_max_chars} (GAAMA_TURN_MAX_CHARS)",
                 reason="too_large",
             )
         turn_id = t.turn_id or ids.derived_turn_id(str(t.timestamp), t.speaker, t.text)
