@@ -1,13 +1,14 @@
 """``python -m benchmarks fairness``: one tenant's burst against another tenant's latency.
 
 On the embedded stack (or ``--redis-url``), two synthetic tenants are loaded and the query
-service is started with its default per-tenant quotas (``GAAMA_TENANT_CONCURRENCY``,
-``GAAMA_TENANT_RATE``). Tenant B asks ``--requests`` searches one after another, first alone
-(its solo p50), then while tenant A sends waves of ``--burst`` concurrent searches. The run is
-repeated with the quotas off (``--no-compare`` skips it), to show what admission control buys.
-Reported: B's p50/p95 solo and under the burst, their ratio (the target is ≤ 3), B's errors
-(the target is none), A's answers by status. JSON in ``bench-results/fairness.json``;
-``--write-docs`` updates the section in docs/benchmarks.md.
+service is started with the per-tenant quotas of the caller's environment, the defaults
+otherwise (``GAAMA_TENANT_CONCURRENCY``, ``GAAMA_TENANT_RATE``, ``GAAMA_TENANT_BURST``).
+Tenant B asks ``--requests`` searches one after another, first alone (its solo p50), then while
+tenant A sends waves of ``--burst`` concurrent searches. The run is repeated with the quotas off
+(``--no-compare`` skips it), to show what admission control buys. Reported: B's p50/p95 solo
+and under the burst, their ratio (the target is ≤ 3), B's errors (the target is none), A's
+answers by status (0: no answer). JSON in ``bench-results/fairness.json``; ``--write-docs``
+updates the section in docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -41,10 +42,14 @@ TARGET_RATIO = 3.0
 
 
 async def _search(client: httpx.AsyncClient, key: str, text: str) -> tuple[int, float]:
+    """The status (0: no answer — a reset or a timeout) and the latency."""
     t0 = time.perf_counter()
-    r = await client.post(
-        "/v1/search", json={"query": text}, headers={"Authorization": f"Bearer {key}"}
-    )
+    try:
+        r = await client.post(
+            "/v1/search", json={"query": text}, headers={"Authorization": f"Bearer {key}"}
+        )
+    except httpx.HTTPError:
+        return 0, (time.perf_counter() - t0) * 1000.0
     return r.status_code, (time.perf_counter() - t0) * 1000.0
 
 
@@ -129,7 +134,13 @@ async def _run(opts: argparse.Namespace, redis_url: str) -> dict[str, Any]:
             variants.append(
                 ("no_quotas", {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"})
             )
+        quotas = {
+            "GAAMA_TENANT_CONCURRENCY": str(settings.tenant_concurrency),
+            "GAAMA_TENANT_RATE": str(settings.tenant_rate),
+            "GAAMA_TENANT_BURST": str(settings.tenant_burst),
+        }
         for name, env in variants:
+            env = {**quotas, **env}
             log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-fair-"))
             svc = await ServiceProcess("query", settings, log_dir, extra=env).astart(180)
             try:
