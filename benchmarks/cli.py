@@ -1,11 +1,12 @@
-"""The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest`` and ``forget``."""
+"""The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``forget``,
+``fairness``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from benchmarks import forget, ingest, locomo, query
+from benchmarks import fairness, forget, ingest, locomo, query
 from gaama.cli import stop_on_sigterm
 from gaama.errors import GaamaError
 
@@ -15,7 +16,7 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest, forget):
+    for module in (locomo, query, ingest, forget, fairness):
         module.register(sub)
     return p
 

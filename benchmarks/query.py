@@ -383,7 +383,11 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
         # The caller's own GAAMA_* variables reach the service (e.g. GAAMA_RETRIEVAL__* knobs for
         # an A/B), under the run's namespace.
-        service = await ServiceProcess("query", settings, log_dir, inherit=True).astart(180)
+        # One tenant at a time measures capacity: its per-tenant quotas are lifted.
+        quotas_off = {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"}
+        service = await ServiceProcess(
+            "query", settings, log_dir, inherit=True, extra=quotas_off
+        ).astart(180)
         texts = query_texts(4096)
         for n in sorted(loads):
             for mode in opts.modes:  # warm-up: model, connections, Redis caches

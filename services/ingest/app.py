@@ -1,26 +1,53 @@
-"""Ingest service wiring: the faust agent on ``gaama.turns.v1`` and ``POST /v1/turns``."""
+"""Ingest service wiring: the faust agent on ``gaama.turns.v1`` and the HTTP app.
+
+HTTP (FastAPI, served on the worker's loop): ``POST /v1/turns`` (API key required) publishes
+turns onto ``gaama.turns.v1`` with the bounded :class:`~services.runtime.producer.EventProducer`
+(acks=all) and answers 202 ``{"accepted", "episode_ids"}``; 400 for a body that is not JSON, 413
+over a size limit (body bytes, turn text), 422 for any other bad field, 429 over the tenant's
+rate, 503 with ``Retry-After`` when the broker does not take the turns in time. Plus
+``/metrics``, ``/healthz`` and ``/readyz`` (Redis, the vector index and the broker).
+"""
 
 from __future__ import annotations
 
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from functools import partial
-from typing import Any
 
 import faust
-from faust.web import Request, Response, View
-from prometheus_client import CollectorRegistry
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from prometheus_client import CollectorRegistry, Counter
 
 from gaama.episodes import episode_node
-from gaama.errors import GaamaError, ValidationError
-from gaama.events import TOPIC_TURNS, conversation_key, encode
+from gaama.events import TOPIC_TURNS, conversation_key
 from gaama.metrics import StageMetrics
 from services.ingest.handlers import IngestDeps, handle, parse_json, parse_turns_request
-from services.runtime.auth import Authenticator, AuthError
-from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+from services.runtime.admission import Admission, tenant_metrics
+from services.runtime.auth import Authenticator
+from services.runtime.http import (
+    BodyLimit,
+    ReadyCheck,
+    add_ops_routes,
+    authenticate,
+    install_error_handlers,
+)
+from services.runtime.logs import limit_repeats
+from services.runtime.producer import EventProducer, Publication
+from services.runtime.worker import Publisher, consume, make_app, serve_http
+
+log = logging.getLogger("gaama.ingest")
 
 
 def build_app(
-    deps: IngestDeps, registry: CollectorRegistry, metrics: StageMetrics, ready: ReadyCheck
+    deps: IngestDeps,
+    registry: CollectorRegistry,
+    metrics: StageMetrics,
+    ready: ReadyCheck,
+    producer: EventProducer,
 ) -> faust.App:
+    """The faust app: the turns consumer, and the HTTP app served on the worker's loop."""
     s = deps.settings
     app = make_app("ingest", s, s.ingest_port)
     publisher = Publisher(app, s, "ingest")
@@ -35,41 +62,63 @@ def build_app(
         batch_size=s.ingest_batch,
         window_s=s.ingest_batch_window_s,
     )
-    add_ops_pages(app, registry, ready, s)
-    turns_topic = publisher.topic(TOPIC_TURNS)
-    auth = Authenticator(s)
-
-    @app.page("/v1/turns")
-    class Turns(View):
-        async def post(self, request: Request) -> Response:
-            try:
-                address = str(getattr(request, "remote", "") or "")  # aiohttp underneath
-                tenant = auth.tenant(request.headers, address)
-            except AuthError as exc:
-                return self.json({"error": exc.message}, status=exc.status, headers=exc.headers())
-            try:
-                body: Any = parse_json(await request.read())
-            except ValidationError as exc:
-                return self.json({"error": str(exc)}, status=400)
-            try:
-                turns = parse_turns_request(body, tenant, s)
-            except ValidationError as exc:
-                status = 413 if exc.reason == "too_large" else 422
-                return self.json({"error": str(exc)}, status=status)
-            futures = []
-            try:
-                for t in turns:
-                    futures.append(
-                        await turns_topic.send(
-                            key=conversation_key(t.tenant, t.conversation), value=encode(t)
-                        )
-                    )
-                await app.producer.flush()
-                for f in futures:
-                    await f
-            except (GaamaError, OSError) as exc:
-                return self.json({"error": f"could not enqueue the turns: {exc}"}, status=503)
-            ids = [episode_node(t).id for t in turns]
-            return self.json({"accepted": len(ids), "episode_ids": ids}, status=202)
-
+    serve_http(app, create_http_app(deps, registry, ready, producer), s)
     return app
+
+
+def create_http_app(
+    deps: IngestDeps, registry: CollectorRegistry, ready: ReadyCheck, producer: EventProducer
+) -> FastAPI:
+    """The ingest HTTP app (tests serve it in-process with any producer)."""
+    s = deps.settings
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        limit_repeats()  # the worker has configured logging by now
+        try:
+            yield
+        finally:
+            await producer.aclose()
+
+    api = FastAPI(
+        title="GAAMA ingest",
+        version="0.1.0",
+        description="Accepts conversation turns for the memory pipeline.",
+        lifespan=lifespan,
+        openapi_url="/openapi.json" if s.http_docs else None,
+        docs_url="/docs" if s.http_docs else None,
+        redoc_url=None,
+    )
+    auth = Authenticator(s)
+    admission = Admission(
+        0,
+        s.ingest_tenant_rate,
+        s.ingest_tenant_burst,
+        tenant_metrics("ingest", registry),
+        setting=("", "GAAMA_INGEST_TENANT_RATE"),
+    )
+    errors = Counter(
+        "gaama_ingest_http_errors_total", "HTTP errors by reason", ["reason"], registry=registry
+    )
+    install_error_handlers(api, s, errors, log)
+    api.add_middleware(BodyLimit, limit=s.http_max_body_bytes)
+
+    async def readiness() -> str | None:
+        return await ready() or await producer.ready()
+
+    add_ops_routes(api, registry, readiness, s)
+
+    @api.post("/v1/turns", status_code=202)
+    async def post_turns(request: Request) -> JSONResponse:
+        """Publish one turn, or ``{"turns": [...]}`` (at most 1000), for the key's tenant."""
+        tenant = authenticate(request, auth).tenant
+        turns = parse_turns_request(parse_json(await request.body()), tenant, s)
+        admission.take(tenant, len(turns))
+        items: list[Publication] = [
+            (TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t, None) for t in turns
+        ]
+        await producer.send_many(items)
+        ids = [episode_node(t).id for t in turns]
+        return JSONResponse({"accepted": len(ids), "episode_ids": ids}, 202)
+
+    return api

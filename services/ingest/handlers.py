@@ -46,9 +46,24 @@ class IngestDeps:
     forgetting: Forgetting | None = None
 
 
+def record_max_bytes(settings: Settings) -> int:
+    """The largest turn record worth decoding: every text field at its limit, each character at
+    its longest JSON form (12 bytes: an ASCII-escaped surrogate pair), plus the envelope. Larger
+    records are dead-lettered before they are parsed."""
+    chars = settings.turn_max_chars + CAPTION_MAX + SPEAKER_MAX + 3 * ids.IDENT_MAX
+    return 12 * chars + 4096
+
+
 def validate_turn(record: Record, settings: Settings) -> TurnReceived | ForgetRequested:
     """Decode a consumed record (a turn, or a forget request riding the same topic) and check it
     against its key; raise ValidationError saying why."""
+    limit = record_max_bytes(settings)
+    if len(record.value) > limit:
+        raise ValidationError(
+            f"record of {len(record.value)} bytes; a turn is at most {limit} bytes "
+            f"(derived from GAAMA_TURN_MAX_CHARS)",
+            reason="too_large",
+        )
     event = decode_keyed(TurnReceived, record.key, record.value)
     if isinstance(event, ForgetRequested):
         return event
@@ -162,15 +177,20 @@ class TurnsIn(BaseModel):
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS_PER_REQUEST)
 
 
+class MalformedBody(ValidationError):
+    """A request body that is not JSON (HTTP 400)."""
+
+    reason = "malformed"
+    http_status = 400
+
+
 def parse_json(raw: bytes) -> Any:
-    """A request body as JSON; ValidationError for anything else (including nesting past the
+    """A request body as JSON; MalformedBody for anything else (including nesting past the
     parser's limit and lone surrogates, which ``json.loads`` would crash on or let through)."""
     try:
         return from_json(raw)
     except ValueError as exc:
-        raise ValidationError(
-            f"body is not valid JSON: {ids.preview(str(exc), 200)[1:-1]}"
-        ) from None
+        raise MalformedBody(f"body is not valid JSON: {ids.preview(str(exc), 200)[1:-1]}") from None
 
 
 def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[TurnReceived]:
@@ -185,7 +205,8 @@ def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[Turn
     for i, t in enumerate(req.turns):
         if len(t.text) > settings.turn_max_chars:
             raise ValidationError(
-                f"turns.{i}.text: {len(t.text)} characters; the limit is {settings.turn_max_chars}",
+                f"turns.{i}.text: {len(t.text)} characters; the limit is "
+                f"{settings.turn_max_chars} (GAAMA_TURN_MAX_CHARS)",
                 reason="too_large",
             )
         turn_id = t.turn_id or ids.derived_turn_id(str(t.timestamp), t.speaker, t.text)

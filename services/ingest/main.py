@@ -14,6 +14,7 @@ from gaama.metrics import embed_metrics, stage_metrics
 from services.ingest.app import build_app
 from services.ingest.handlers import IngestDeps
 from services.runtime.bootstrap import connect_stores, run_worker
+from services.runtime.producer import EventProducer
 
 
 def main() -> int:
@@ -33,7 +34,7 @@ def main() -> int:
         embedder=embedder,
         forgetting=stores.forgetting(settings),
     )
-    app = build_app(deps, registry, metrics, stores.ready)
+    app = build_app(deps, registry, metrics, stores.ready, EventProducer(settings))
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", embedder.name)
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 

@@ -12,20 +12,11 @@ import time
 from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 
-from fastapi import FastAPI, HTTPException, Request, Response
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CollectorRegistry
 from redis.exceptions import RedisError
 
-from gaama.errors import (
-    GaamaError,
-    LLMOutputError,
-    NotFound,
-    RetryableError,
-    StoreUnavailable,
-    ValidationError,
-)
+from gaama.errors import StoreUnavailable
 from gaama.metrics import graph_size_gauge
 from services.query.auth import Tenant
 from services.query.handlers import (
@@ -35,14 +26,15 @@ from services.query.handlers import (
     QueryDeps,
     SearchRequest,
     SearchResponse,
-    Unavailable,
     handle_answer,
     handle_node,
     handle_search,
     readiness,
 )
 from services.query.routes import register_memory_routes
-from services.runtime.auth import Authenticator, metrics_allowed
+from services.runtime.admission import Admission, tenant_metrics
+from services.runtime.auth import Authenticator
+from services.runtime.http import BodyLimit, add_ops_routes, install_error_handlers
 
 log = logging.getLogger("gaama.query")
 
@@ -59,18 +51,6 @@ ENDPOINTS = (
     "/v1/export",
     "/v1/audit",
 )
-
-
-def _status(exc: GaamaError) -> int:
-    if isinstance(exc, ValidationError):
-        return 422
-    if isinstance(exc, NotFound):
-        return 404
-    if isinstance(exc, Unavailable | RetryableError):
-        return 503
-    if isinstance(exc, LLMOutputError):
-        return 502
-    return 500
 
 
 def create_app(
@@ -95,6 +75,10 @@ def create_app(
     )
     app.state.deps = deps
     app.state.auth = Authenticator(deps.settings)
+    s = deps.settings
+    app.state.admission = Admission(
+        s.tenant_concurrency, s.tenant_rate, s.tenant_burst, tenant_metrics("query", registry)
+    )
     metrics = deps.metrics
     gauge = graph_size_gauge("query", registry)
     for endpoint in ENDPOINTS:
@@ -111,35 +95,8 @@ def create_app(
             metrics.requests.labels(endpoint, str(response.status_code)).inc()
         return response
 
-    @app.exception_handler(HTTPException)
-    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
-        metrics.errors.labels(
-            "unauthorized" if exc.status_code in (401, 403, 429) else "http"
-        ).inc()
-        return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
-
-    @app.exception_handler(RequestValidationError)
-    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
-        errors = [
-            {
-                "loc": [str(p) for p in e.get("loc", ())],
-                "msg": str(e.get("msg", "")),
-                "type": str(e.get("type", "")),
-            }
-            for e in exc.errors()
-        ]
-        message = "; ".join(f"{'.'.join(e['loc'][1:]) or 'body'}: {e['msg']}" for e in errors)
-        metrics.errors.labels("invalid").inc()
-        return JSONResponse({"error": message, "detail": errors}, 422)
-
-    @app.exception_handler(GaamaError)
-    async def gaama_error(_: Request, exc: GaamaError) -> JSONResponse:
-        status = _status(exc)
-        metrics.errors.labels(exc.reason).inc()
-        if status >= 500 and not isinstance(exc, Unavailable):  # misconfig: not per request
-            log.warning("query failed (%s): %s", exc.reason, exc)
-        headers = {"Retry-After": "5"} if isinstance(exc, RetryableError) else None
-        return JSONResponse({"error": str(exc)}, status, headers=headers)
+    install_error_handlers(app, deps.settings, metrics.errors, log)
+    app.add_middleware(BodyLimit, limit=deps.settings.http_max_body_bytes)
 
     @app.post("/v1/search", response_model=SearchResponse)
     async def search(body: SearchRequest, tenant: Tenant) -> SearchResponse:
@@ -158,14 +115,7 @@ def create_app(
 
     register_memory_routes(app, deps)
 
-    @app.get("/metrics", include_in_schema=False)
-    async def prometheus(request: Request) -> Response:
-        if not metrics_allowed(request.headers, deps.settings):
-            return JSONResponse(
-                {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+    async def refresh_gauges() -> None:
         try:
             for kind, n in (await deps.index.count()).items():
                 gauge.labels(kind).set(n)
@@ -175,17 +125,8 @@ def create_app(
                 deps.forget.metrics.oldest_pending_seconds.set(age)
         except (RedisError, OSError, StoreUnavailable) as exc:
             log.debug("graph size not refreshed: %s", exc)  # the scrape still succeeds
-        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
-
-    @app.get("/readyz", include_in_schema=False)
-    async def readyz() -> JSONResponse:
-        reason = await readiness(deps)
-        if reason is not None:
-            return JSONResponse({"status": "not ready", "reason": reason}, 503)
-        return JSONResponse({"status": "ready"}, 200)
-
+    add_ops_routes(
+        app, registry, lambda: readiness(deps), deps.settings, before_scrape=refresh_gauges
+    )
     return app

@@ -7,14 +7,12 @@ forbid unknown fields, so a ``tenant`` in a body is rejected rather than ignored
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from redis.exceptions import RedisError
 
 from gaama import ids
 from gaama.config import Settings
@@ -28,18 +26,19 @@ from gaama.store.forget import ForgetStore, Hidden
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 from services.query.memories import ForgetDeps, MemoryOut, visible
+from services.runtime.readiness import stores_ready
 
 log = logging.getLogger("gaama.query")
 
 #: A node listing stops here; hubs can have thousands of neighbours.
 MAX_NEIGHBOURS = 1000
-READY_TIMEOUT_S = 2.0
 
 
 class Unavailable(PermanentError):
     """A feature that is not available in this deployment (HTTP 503)."""
 
     reason = "unavailable"
+    http_status = 503
 
 
 class Answerer(Protocol):
@@ -212,7 +211,10 @@ async def _retrieve(
     s = deps.settings
     limit = s.query_max_chars
     if len(query) > limit:
-        raise ValidationError(f"the query has {len(query)} characters; at most {limit} allowed")
+        raise ValidationError(
+            f"the query has {len(query)} characters; at most {limit} allowed "
+            f"(GAAMA_QUERY_MAX_CHARS)"
+        )
     check_request(s.limits, s.retrieval, k=k, budget=req.budget, params=req.params)
     scope = req.scope
     result = await deps.retriever.search(
@@ -318,12 +320,6 @@ def _kind_label(node_id: str) -> str:
 
 
 async def readiness(deps: QueryDeps) -> str | None:
-    """None when Redis answers and the vector index exists, else the reason."""
-    ping: Callable[[], Awaitable[object]] = deps.graph.redis.ping
-    try:
-        await asyncio.wait_for(ping(), READY_TIMEOUT_S)
-    except (RedisError, OSError, TimeoutError) as exc:
-        return f"redis unreachable: {exc or type(exc).__name__}"
-    if not await deps.index.ready():
-        return f"vector index {deps.index.name!r} is missing"
-    return None
+    """None when Redis answers and the vector index exists (recreated when missing, e.g. after
+    a Redis restart without persistence), else the reason."""
+    return await stores_ready(deps.graph.redis, deps.index)

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import faust
 import redis.asyncio as aioredis
-from redis.exceptions import RedisError
 
 from gaama.config import Settings
 from gaama.errors import GaamaError
@@ -21,6 +20,7 @@ from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime.readiness import stores_ready
 
 log = logging.getLogger("gaama.runtime")
 
@@ -32,14 +32,9 @@ class Stores:
     index: VectorIndex
 
     async def ready(self) -> str | None:
-        """None when Redis answers and the vector index exists; else the reason."""
-        try:
-            await asyncio.wait_for(self.redis.ping(), 2)
-        except (RedisError, OSError, TimeoutError) as exc:
-            return f"Redis unreachable: {exc}"
-        if not await self.index.ready():
-            return f"vector index {self.index.name!r} missing"
-        return None
+        """None when Redis answers and the vector index exists (recreated when missing);
+        else the reason."""
+        return await stores_ready(self.redis, self.index)
 
     async def aclose(self) -> None:
         await self.redis.aclose()

@@ -1,4 +1,10 @@
-"""faust wiring shared by the consumer services: the app, the batch agent, health and metrics.
+"""faust wiring shared by the consumer services: the app, the batch agent, and its HTTP server.
+
+HTTP is FastAPI everywhere (:mod:`services.runtime.http`): a consumer's FastAPI app is served by
+uvicorn on the faust worker's own event loop (``faust.contrib.asgi.serve_asgi``), in place of
+faust's aiohttp web server. One loop matters: the consumer, the producers and the handlers'
+Redis client must only be used from the loop they were made on; and faust's worker keeps the
+process's signals, so SIGTERM stops the consumer and the HTTP server in one orderly shutdown.
 
 The handlers never see faust: they take :class:`Record` batches and return events to publish.
 The agent here publishes them, then lets faust acknowledge the batch, so offsets are committed
@@ -11,13 +17,13 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import faust
-from faust.web import Request, Response, View
-from prometheus_client import CollectorRegistry, generate_latest
+from fastapi import FastAPI
+from faust.contrib.asgi import serve_asgi
+from prometheus_client import CollectorRegistry
 
 from gaama.config import Settings
 from gaama.errors import StoreUnavailable
@@ -26,15 +32,19 @@ from gaama.metrics import StageMetrics
 from gaama.store import connect
 from gaama.store.durability import Durability
 from gaama.store.keys import Keys
-from services.runtime.auth import metrics_allowed
 from services.runtime.background import Periodic
+from services.runtime.http import ReadyCheck, ops_app
 from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, backoff_delay, process_batch
 from services.runtime.records import BatchResult, Record
 
 log = logging.getLogger("gaama.runtime")
 
-ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+__all__ = ["ReadyCheck", "add_ops_pages", "consume", "make_app", "serve_http"]
+
+#: Largest request head (line + headers) buffered before a request is refused: big enough that an
+#: oversized API key reaches the app and gets a clear 401 instead of a parser error.
+MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
 
 
 def make_app(service: str, settings: Settings, port: int) -> faust.App:
@@ -220,33 +230,20 @@ async def _wait_durable(durable: Durability, settings: Settings, metrics: StageM
             await asyncio.sleep(delay)
 
 
+def serve_http(app: faust.App, api: FastAPI, settings: Settings) -> None:
+    """Serve ``api`` on the worker's port (``make_app``'s), on the worker's event loop."""
+    serve_asgi(
+        app,
+        api,
+        host=settings.http_host,
+        port=int(app.conf.web_port),
+        access_log=False,  # a line per request: /metrics counts them instead
+        h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
+    )
+
+
 def add_ops_pages(
     app: faust.App, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
 ) -> None:
-    """``/metrics`` (behind ``GAAMA_METRICS_TOKEN`` when set), ``/healthz`` (the process serves)
-    and ``/readyz`` (dependencies answer)."""
-
-    @app.page("/metrics")
-    class Metrics(View):
-        async def get(self, request: Request) -> Response:
-            if not metrics_allowed(request.headers, settings):
-                return self.json(
-                    {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
-                    status=401,
-                    headers={"WWW-Authenticate": "Bearer"},
-                )
-            # aiohttp refuses a charset inside content_type; Prometheus reads text/plain fine.
-            return self.bytes(generate_latest(registry), content_type="text/plain")
-
-    @app.page("/healthz")
-    class Health(View):
-        async def get(self, request: Request) -> Response:
-            return self.json({"status": "ok"})
-
-    @app.page("/readyz")
-    class Ready(View):
-        async def get(self, request: Request) -> Response:
-            reason = await ready()
-            if reason is None:
-                return self.json({"status": "ready"})
-            return self.json({"status": "not ready", "reason": reason}, status=503)
+    """Serve only ``/metrics``, ``/healthz`` and ``/readyz`` (a consumer without endpoints)."""
+    serve_http(app, ops_app(app.conf.id, registry, ready, settings), settings)

@@ -233,6 +233,25 @@ class Settings(BaseSettings):
     reflect_port: int = Field(8083, ge=1, le=65535)
     query_port: int = Field(8084, ge=1, le=65535)
     query_max_chars: int = Field(2000, ge=1, le=100000)
+    # Largest request body either HTTP service reads (413 before parsing). A full batch of
+    # 1000 turns of GAAMA_TURN_MAX_CHARS ASCII characters fits.
+    http_max_body_bytes: int = Field(16 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
+    # Retry-After (seconds) of a 503 answered during an outage of Redis or the broker.
+    http_retry_after_s: int = Field(5, ge=1, le=3600)
+    # Longest wait for the broker to acknowledge what an HTTP request publishes (turns, forget
+    # requests); past it the request answers 503 with Retry-After.
+    publish_timeout_s: float = Field(5.0, gt=0, le=120)
+
+    # --- per-tenant admission (0 = no limit) ---------------------------------------------
+    # Query: requests one tenant may have in flight on a replica, and its request rate (token
+    # bucket: rate per second, burst). Over either: 429 with Retry-After at once, never a queue.
+    # Sized for a 2-core replica (docs/operations.md, "Per-tenant fairness").
+    tenant_concurrency: int = Field(4, ge=0, le=10000)
+    tenant_rate: float = Field(20.0, ge=0, le=100000)
+    tenant_burst: int = Field(40, ge=1, le=1000000)
+    # Ingest HTTP: turns per second per tenant (a token bucket holding at least one full batch).
+    ingest_tenant_rate: float = Field(500.0, ge=0, le=1000000)
+    ingest_tenant_burst: int = Field(2000, ge=1, le=10000000)
 
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     limits: RequestLimits = Field(default_factory=RequestLimits)

@@ -25,6 +25,7 @@ from services.query.handlers import QueryDeps
 from services.query.main import answerer_factory
 from tests.fakes.openai_server import FakeOpenAIServer, good
 from tests.integration.test_search import Built, build_memory
+from tests.support.services import wait_for
 
 pytestmark = pytest.mark.requires_stack
 
@@ -266,11 +267,6 @@ async def test_readyz_reports_why(
     settings: Settings, graph: GraphStore, embedder: MiniLMEmbedder, redis_client: aioredis.Redis
 ) -> None:
     s = with_keys(settings)
-    no_index = VectorIndex(redis_client, "no-such-index", 384, Keys(settings.key_prefix))
-    client, _ = make_app(s, graph, no_index, embedder)
-    async with client:
-        r = await client.get("/readyz")
-        assert r.status_code == 503 and "no-such-index" in r.json()["reason"]
     dead = aioredis.Redis.from_url("redis://127.0.0.1:1/0", socket_connect_timeout=0.5)
     dead_graph = GraphStore(dead, Keys(settings.key_prefix))
     client, _ = make_app(s, dead_graph, VectorIndex(dead, "x", 384), embedder)
@@ -280,6 +276,30 @@ async def test_readyz_reports_why(
         r = await client.get("/v1/nodes/fa_x", headers=A)
         assert r.status_code == 503 and "Redis unavailable" in r.json()["error"]
     await dead.aclose()
+
+
+async def test_readiness_recreates_a_dropped_index(
+    api: tuple[httpx.AsyncClient, CollectorRegistry],
+    two_tenants: tuple[Built, Built],
+    index: VectorIndex,
+    redis_client: aioredis.Redis,
+) -> None:
+    """A Redis restart without persistence loses the index: readiness recreates it, and the
+    Query Engine indexes the node hashes again, with no restart of the service."""
+    c, _ = api
+    r = await c.post("/v1/search", headers=A, json={"query": "pottery"})
+    before = {i["id"] for i in r.json()["ranked"]}
+    await redis_client.execute_command("FT.DROPINDEX", index.name)  # keeps the documents
+    assert not await index.ready()
+    r = await c.get("/readyz")
+    assert r.status_code == 200, r.text
+    assert await index.ready()
+
+    async def reindexed() -> bool:
+        r = await c.post("/v1/search", headers=A, json={"query": "pottery"})
+        return r.status_code == 200 and {i["id"] for i in r.json()["ranked"]} == before
+
+    assert await wait_for(reindexed, timeout=30)
 
 
 async def test_answer_needs_an_llm(api: tuple[httpx.AsyncClient, CollectorRegistry]) -> None:

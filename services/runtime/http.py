@@ -1,0 +1,226 @@
+"""The one HTTP stack (FastAPI) every service shares: error → status mapping, request-validation
+errors, the API-key dependency, the request-body limit and the ops routes.
+
+- Errors answer ``{"error": "<message>"}``; request validation adds ``"detail"`` (the
+  field-by-field list). :func:`status_of` maps the error tree: bad input 422 (413 when a limit
+  was exceeded), not found 404, an outage (Redis, broker) 503 with ``Retry-After``, malformed
+  LLM output 502, anything else 500.
+- :class:`BodyLimit` refuses a request body over ``GAAMA_HTTP_MAX_BODY_BYTES`` with 413 before
+  anything parses it: by its ``Content-Length`` at once, or while a chunked body streams in.
+- :func:`add_ops_routes`: ``/metrics`` (behind ``GAAMA_METRICS_TOKEN`` when set), ``/healthz``
+  (the process serves) and ``/readyz`` (dependencies answer; 503 with the reason otherwise).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from gaama.config import ApiKey, Settings
+from gaama.errors import GaamaError, LLMOutputError, NotFound, RetryableError, ValidationError
+from services.runtime.auth import Authenticator, AuthError, metrics_allowed
+
+ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+
+
+def status_of(exc: GaamaError) -> int:
+    """The HTTP status of an error we raised on purpose."""
+    explicit = getattr(exc, "http_status", None)
+    if isinstance(explicit, int):
+        return explicit
+    if isinstance(exc, ValidationError):
+        return 413 if exc.reason == "too_large" else 422
+    if isinstance(exc, NotFound):
+        return 404
+    if isinstance(exc, RetryableError):
+        return 503
+    if isinstance(exc, LLMOutputError):
+        return 502
+    return 500
+
+
+def error_response(exc: GaamaError, settings: Settings) -> JSONResponse:
+    status = status_of(exc)
+    headers = None
+    retry_after = getattr(exc, "retry_after", None)
+    if isinstance(retry_after, int):
+        headers = {"Retry-After": str(retry_after)}
+    elif isinstance(exc, RetryableError):
+        headers = {"Retry-After": str(settings.http_retry_after_s)}
+    return JSONResponse({"error": str(exc)}, status, headers=headers)
+
+
+def validation_message(exc: RequestValidationError) -> tuple[str, list[dict[str, Any]]]:
+    """One line naming each bad field, and the field-by-field list."""
+    errors: list[dict[str, Any]] = [
+        {
+            "loc": [str(p) for p in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
+        for e in exc.errors()
+    ]
+    message = "; ".join(f"{'.'.join(e['loc'][1:]) or 'body'}: {e['msg']}" for e in errors)
+    return message, errors
+
+
+def install_error_handlers(
+    app: FastAPI, settings: Settings, errors: Counter, log: logging.Logger
+) -> None:
+    """Map HTTPException, request validation and :class:`GaamaError` to ``{"error"}`` answers,
+    counting each in ``errors{reason}``."""
+
+    @app.exception_handler(HTTPException)
+    async def http_error(_: Request, exc: HTTPException) -> JSONResponse:
+        errors.labels("unauthorized" if exc.status_code in (401, 403, 429) else "http").inc()
+        return JSONResponse({"error": exc.detail}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_request(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, detail = validation_message(exc)
+        errors.labels("invalid").inc()
+        return JSONResponse({"error": message, "detail": detail}, 422)
+
+    @app.exception_handler(GaamaError)
+    async def gaama_error(_: Request, exc: GaamaError) -> JSONResponse:
+        response = error_response(exc, settings)
+        errors.labels(exc.reason).inc()
+        # An outage is logged where it is detected (rate-limited); a 5xx here is a bug or a
+        # misconfiguration worth a line per request.
+        explicit = getattr(exc, "http_status", None) is not None  # e.g. a feature not wired
+        if response.status_code >= 500 and not isinstance(exc, RetryableError) and not explicit:
+            log.warning("request failed (%s): %s", exc.reason, exc)
+        return response
+
+
+# --- auth -----------------------------------------------------------------------------------
+
+
+def client_address(request: Request) -> str:
+    return request.client.host if request.client else ""
+
+
+def authenticate(request: Request, auth: Authenticator) -> ApiKey:
+    """The key entry of the request's API key; HTTPException 401/403/429 otherwise."""
+    try:
+        return auth.principal(request.headers, client_address(request))
+    except AuthError as exc:
+        raise HTTPException(exc.status, exc.message, headers=exc.headers() or None) from None
+
+
+# --- the request-body limit -----------------------------------------------------------------
+
+
+class BodyLimit:
+    """ASGI middleware: 413 for a request body over ``limit`` bytes, before the app reads it.
+
+    A declared ``Content-Length`` over the limit is refused at once; a chunked body is counted as
+    it arrives and refused as soon as it passes the limit.
+    """
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    def _refuse(self) -> JSONResponse:
+        return JSONResponse(
+            {"error": f"request body larger than {self.limit} bytes (GAAMA_HTTP_MAX_BODY_BYTES)"},
+            413,
+            headers={"Connection": "close"},
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        for name, value in scope.get("headers", ()):
+            if name == b"content-length":
+                try:
+                    declared = int(value)
+                except ValueError:
+                    declared = -1
+                if declared > self.limit:
+                    await self._refuse()(scope, receive, send)
+                    return
+        seen = 0
+        refused = started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen, refused
+            if refused:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    # Answer now; the app sees the client gone and whatever it sends is dropped.
+                    refused = True
+                    if not started:
+                        await self._refuse()(scope, receive, send)
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def guarded_send(message: Message) -> None:
+            nonlocal started
+            if not refused:
+                started = True
+                await send(message)
+
+        await self.app(scope, limited_receive, guarded_send)
+
+
+# --- ops routes -----------------------------------------------------------------------------
+
+
+def add_ops_routes(
+    app: FastAPI,
+    registry: CollectorRegistry,
+    ready: ReadyCheck,
+    settings: Settings,
+    *,
+    before_scrape: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """``/metrics``, ``/healthz`` and ``/readyz`` (not in the OpenAPI document).
+
+    Args:
+        before_scrape: Refreshes gauges before a scrape; it must not raise.
+    """
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus(request: Request) -> Response:
+        if not metrics_allowed(request.headers, settings):
+            return JSONResponse(
+                {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
+                401,
+                headers={"WWW-Authenticate": "Bearer"},
+            )
+        if before_scrape is not None:
+            await before_scrape()
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> JSONResponse:
+        reason = await ready()
+        if reason is not None:
+            return JSONResponse({"status": "not ready", "reason": reason}, 503)
+        return JSONResponse({"status": "ready"}, 200)
+
+
+def ops_app(
+    service: str, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
+) -> FastAPI:
+    """The HTTP app of a consumer without endpoints of its own: the ops routes only."""
+    app = FastAPI(title=f"GAAMA {service}", openapi_url=None, docs_url=None, redoc_url=None)
+    add_ops_routes(app, registry, ready, settings)
+    return app
