@@ -120,8 +120,11 @@ def build_graph(src: Path) -> Any:
         b = const(f"{prefix}.bias", w[f"{prefix}.bias"])
         return op("LayerNormalization", [x, g, b], out, axis=-1, epsilon=eps)
 
-    i64 = lambda name, v: const(name, np.asarray(v, dtype=np.int64))  # noqa: E731
-    f32 = lambda name, v: const(name, np.asarray(v, dtype=np.float32))  # noqa: E731
+    def i64(name: str, v: Any) -> str:
+        return const(name, np.asarray(v, dtype=np.int64))
+
+    def f32(name: str, v: Any) -> str:
+        return const(name, np.asarray(v, dtype=np.float32))
 
     # Embeddings: word + position + token type 0 (every text is a single segment).
     words = op("Gather", [const("word_embeddings", w["embeddings.word_embeddings.weight"]),
