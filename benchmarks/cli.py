@@ -1,11 +1,11 @@
-"""The ``python -m benchmarks`` command: ``locomo``, ``query`` and ``ingest``."""
+"""The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest`` and ``embed``."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from benchmarks import ingest, locomo, query
+from benchmarks import embed, ingest, locomo, query
 from gaama.cli import stop_on_sigterm
 from gaama.errors import GaamaError
 
@@ -15,7 +15,7 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest):
+    for module in (locomo, query, ingest, embed):
         module.register(sub)
     return p
 
