@@ -26,13 +26,14 @@ class FakeEmbedder:
     def __init__(self) -> None:
         self.calls: list[list[str]] = []
         self.gate: asyncio.Event | None = None  # set: calls wait for it
+        self.hold: set[str] | None = None  # set: only calls with one of these texts wait
         self.fail_on: str | None = None
         self.cancelled = 0
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         self.calls.append(list(texts))
         try:
-            if self.gate is not None:
+            if self.gate is not None and (self.hold is None or self.hold & set(texts)):
                 await self.gate.wait()
             else:
                 await asyncio.sleep(0.002)
@@ -65,23 +66,21 @@ async def test_batches_respect_max_batch_and_never_overlap():
     assert len(inner.calls) == 1  # the next batch waits for the running one
     inner.gate.set()
     outs = await asyncio.gather(*tasks)
-    assert [len(c) for c in inner.calls] == [4, 4, 2]
+    # the first call found the embedder idle and ran alone; the rest queued behind it
+    assert [len(c) for c in inner.calls] == [1, 4, 4, 1]
     assert [o[0].tolist() for o in outs] == [vector(f"q{i}").tolist() for i in range(10)]
 
 
 async def test_a_failing_batch_fails_only_its_callers():
     inner = FakeEmbedder()
-    inner.gate = asyncio.Event()
-    emb = CoalescingEmbedder(inner, window_s=0.005, max_batch=64)
-    first = [asyncio.create_task(emb.embed([t])) for t in ("a", "boom", "b")]
-    await asyncio.sleep(0.02)  # the first batch is running
-    second = [asyncio.create_task(emb.embed([t])) for t in ("c", "d")]
-    await asyncio.sleep(0.01)
     inner.fail_on = "boom"
-    inner.gate.set()
-    results = await asyncio.gather(*first, *second, return_exceptions=True)
-    assert [c for c in inner.calls] == [["a", "boom", "b"], ["c", "d"]]
-    for r in results[:3]:
+    emb = CoalescingEmbedder(inner, window_s=0.005, max_batch=2)
+    results = await asyncio.gather(
+        *(emb.embed([t]) for t in ("a", "boom", "b", "c", "d")), return_exceptions=True
+    )
+    assert inner.calls == [["a"], ["boom", "b"], ["c", "d"]]
+    assert np.array_equal(results[0], vector("a")[None])
+    for r in results[1:3]:
         assert isinstance(r, RuntimeError) and "boom" in str(r)
     assert np.array_equal(results[3], vector("c")[None])
     assert np.array_equal(results[4], vector("d")[None])
@@ -91,30 +90,53 @@ async def test_a_failing_batch_fails_only_its_callers():
 
 async def test_cancelling_one_caller_does_not_cancel_the_batch():
     inner = FakeEmbedder()
-    inner.gate = asyncio.Event()
+    inner.gate, inner.hold = asyncio.Event(), {"y"}
     emb = CoalescingEmbedder(inner, window_s=0.005, max_batch=64)
-    tasks = [asyncio.create_task(emb.embed([t])) for t in ("x", "y", "z")]
+    tasks = [asyncio.create_task(emb.embed([t])) for t in ("w", "x", "y", "z")]
     await asyncio.sleep(0.02)
-    assert inner.calls == [["x", "y", "z"]]
-    tasks[1].cancel()
+    assert inner.calls == [["w"], ["x", "y", "z"]]  # the second batch is running, held
+    tasks[2].cancel()
     await asyncio.sleep(0)
     inner.gate.set()
-    x, z = await tasks[0], await tasks[2]
+    x, z = await tasks[1], await tasks[3]
     with pytest.raises(asyncio.CancelledError):
-        await tasks[1]
+        await tasks[2]
     assert inner.cancelled == 0
     assert np.array_equal(x, vector("x")[None]) and np.array_equal(z, vector("z")[None])
 
 
 async def test_a_caller_cancelled_while_queued_is_left_out():
     inner = FakeEmbedder()
+    inner.gate, inner.hold = asyncio.Event(), {"first"}
     emb = CoalescingEmbedder(inner, window_s=0.02, max_batch=64)
+    first = asyncio.create_task(emb.embed(["first"]))
     keep = asyncio.create_task(emb.embed(["keep"]))
     drop = asyncio.create_task(emb.embed(["drop"]))
-    await asyncio.sleep(0.005)  # both queued, the window still open
+    await asyncio.sleep(0.005)  # "first" runs, the other two wait for it
     drop.cancel()
+    inner.gate.set()
+    await first
     assert np.array_equal(await keep, vector("keep")[None])
-    assert inner.calls == [["keep"]]
+    assert inner.calls == [["first"], ["keep"]]
+
+
+async def test_a_call_after_a_quiet_spell_runs_at_once():
+    inner = FakeEmbedder()
+    emb = CoalescingEmbedder(inner, window_s=0.5)
+    t0 = asyncio.get_running_loop().time()
+    await emb.embed(["alone"])
+    assert asyncio.get_running_loop().time() - t0 < 0.25  # no half-second window at low load
+
+
+async def test_calls_close_together_wait_for_the_window():
+    inner = FakeEmbedder()
+    emb = CoalescingEmbedder(inner, window_s=0.05)
+    await emb.embed(["a"])  # idle: at once
+    b = asyncio.create_task(emb.embed(["b"]))  # right after "a": the window opens
+    await asyncio.sleep(0.02)
+    c = asyncio.create_task(emb.embed(["c"]))  # inside the window: joins
+    await asyncio.gather(b, c)
+    assert inner.calls == [["a"], ["b", "c"]]
 
 
 async def test_empty_input_needs_no_batch():
