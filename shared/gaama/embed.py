@@ -176,5 +176,9 @@ def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> E
     from gaama.embed_onnx import OnnxMiniLMEmbedder
 
     return OnnxMiniLMEmbedder(
-        settings.embed_batch, metrics, settings.onnx_model_dir, settings.onnx_variant
+        settings.embed_batch,
+        metrics,
+        settings.onnx_model_dir,
+        settings.onnx_variant,
+        settings.onnx_spin,
     )

@@ -41,7 +41,7 @@ class OnnxMiniLMEmbedder:
     name = "all-MiniLM-L6-v2"
     dim = 384
     _lock = threading.Lock()
-    _sessions: dict[Path, tuple[Any, Any]] = {}  # noqa: RUF012 - per-process cache, by model path
+    _sessions: dict[tuple[Path, bool], tuple[Any, Any]] = {}  # noqa: RUF012 - per process
 
     def __init__(
         self,
@@ -49,8 +49,14 @@ class OnnxMiniLMEmbedder:
         metrics: EmbedMetrics | None = None,
         model_dir: Path | None = None,
         variant: onnx_model.Variant = "fp32",
+        spin: bool = True,
     ) -> None:
         self.batch_size = batch_size
+        # onnxruntime's workers busy-wait between parallel sections (and a while after a run):
+        # batches encode ~1.4x faster than with them asleep, but the spinning core is taken from
+        # the event loop, Redis and PPR. Measured trade-off: docs/benchmarks.md, "Embedding
+        # backends"; GAAMA_ONNX_SPIN.
+        self.spin = spin
         self.metrics = metrics
         self.variant = variant
         self.model_file = onnx_model.model_path(model_dir or onnx_model.default_dir(), variant)
@@ -76,7 +82,7 @@ class OnnxMiniLMEmbedder:
 
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
-            loaded = self._sessions.get(self.model_file)
+            loaded = self._sessions.get((self.model_file, self.spin))
             if loaded is None:
                 import onnxruntime as ort
                 from tokenizers import Tokenizer
@@ -86,13 +92,15 @@ class OnnxMiniLMEmbedder:
                 opts.intra_op_num_threads = _threads()
                 opts.inter_op_num_threads = 1
                 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+                if not self.spin:
+                    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
                 session = ort.InferenceSession(
                     str(self.model_file), opts, providers=["CPUExecutionProvider"]
                 )
                 tok = Tokenizer.from_file(str(onnx_model.tokenizer_path(self.model_file.parent)))
                 tok.enable_truncation(MAX_TOKENS)
                 tok.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in the batch
-                loaded = self._sessions[self.model_file] = (session, tok)
+                loaded = self._sessions[(self.model_file, self.spin)] = (session, tok)
             return loaded
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
