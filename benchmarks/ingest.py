@@ -292,14 +292,13 @@ def _backend_rows(doc: dict[str, Any]) -> list[str]:
         f"Each embedding backend ran the same {doc['turns']:,} turns through its own ingest "
         f"service, one after another (the table above is `{doc['backend']}`):",
         "",
-        "| embedder | turns/s | embed texts/s | turns/s vs this one |",
+        f"| embedder | turns/s | embed texts/s | {doc['backend']} turns/s ÷ this |",
         "|---|---:|---:|---:|",
     ]
     for name, r in runs.items():
         ratio = first["turns_per_s"] / r["turns_per_s"] if r["turns_per_s"] else 0.0
         rows.append(
-            f"| {name} | {r['turns_per_s']:.1f} | {r['embed_texts_per_s']:.0f} | "
-            f"{doc['backend']} {ratio:.2f}× |"
+            f"| {name} | {r['turns_per_s']:.1f} | {r['embed_texts_per_s']:.0f} | {ratio:.2f}× |"
         )
     return [*rows, ""]
 
