@@ -71,6 +71,11 @@ class CoalescingEmbedder:
             warm()
 
     async def embed(self, texts: list[str]) -> np.ndarray:
+        """This call's rows, ``(len(texts), dim)``, from a batch it may share with others.
+
+        Raises:
+            Exception: whatever the inner embedder raised for this call's batch.
+        """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
         loop = asyncio.get_running_loop()

@@ -61,6 +61,7 @@ def default_dir() -> Path:
 
 
 def model_path(directory: Path, variant: Variant) -> Path:
+    """The graph file of ``variant`` in ``directory`` (named for the graph version)."""
     return directory / f"{MODEL_NAME}.v{GRAPH_VERSION}.{variant}.onnx"
 
 
