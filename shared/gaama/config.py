@@ -171,7 +171,9 @@ class Settings(BaseSettings):
     embed_batch: int = Field(64, ge=1, le=2048)
     onnx_model_dir: Path | None = None  # None: ~/.cache/gaama/onnx (built there if missing)
     onnx_variant: Literal["fp32", "int8"] = "fp32"
-    onnx_spin: bool = True  # onnxruntime workers busy-wait: faster batches, a core less for others
+    # onnxruntime intra-op threads per process; with more than one, whether they busy-wait.
+    onnx_threads: int = Field(1, ge=1, le=64)
+    onnx_spin: bool = True
     # Query service: concurrent requests' query encodes wait this long for each other and run as
     # one batch (0 = off, every request encodes alone).
     embed_coalesce_ms: float = Field(2.0, ge=0, le=100)

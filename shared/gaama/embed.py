@@ -181,4 +181,5 @@ def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> E
         settings.onnx_model_dir,
         settings.onnx_variant,
         settings.onnx_spin,
+        settings.onnx_threads,
     )

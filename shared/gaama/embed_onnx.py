@@ -12,7 +12,6 @@ the command.
 from __future__ import annotations
 
 import asyncio
-import os
 import threading
 import time
 from pathlib import Path
@@ -30,18 +29,13 @@ from gaama.metrics import EmbedMetrics
 MAX_TOKENS = 256
 
 
-def _threads() -> int:
-    # Two cores here: more threads than cores only adds contention (as for the torch backend).
-    return max(1, min(2, os.cpu_count() or 1))
-
-
 class OnnxMiniLMEmbedder:
     """all-MiniLM-L6-v2 on onnxruntime's CPU provider; one session per process, loaded lazily."""
 
     name = "all-MiniLM-L6-v2"
     dim = 384
     _lock = threading.Lock()
-    _sessions: dict[tuple[Path, bool], tuple[Any, Any]] = {}  # noqa: RUF012 - per process
+    _sessions: dict[tuple[Path, int, bool], tuple[Any, Any]] = {}  # noqa: RUF012 - per process
 
     def __init__(
         self,
@@ -50,16 +44,23 @@ class OnnxMiniLMEmbedder:
         model_dir: Path | None = None,
         variant: onnx_model.Variant = "fp32",
         spin: bool = True,
+        threads: int = 1,
     ) -> None:
         self.batch_size = batch_size
-        # onnxruntime's workers busy-wait between parallel sections (and a while after a run):
-        # batches encode ~1.4x faster than with them asleep, but the spinning core is taken from
-        # the event loop, Redis and PPR. Measured trade-off: docs/benchmarks.md, "Embedding
-        # backends"; GAAMA_ONNX_SPIN.
+        # One thread by default: the best encodes per core, and the only setting that holds up
+        # when the cores are shared. Two threads only pay off with onnxruntime's workers
+        # spinning between parallel sections (~1.4x a batch on an idle 2-core machine), and
+        # spinning workers on a busy machine halve throughput instead (docs/benchmarks.md,
+        # "Reading the embedding figures"; GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN).
+        self.threads = max(1, threads)
         self.spin = spin
         self.metrics = metrics
         self.variant = variant
         self.model_file = onnx_model.model_path(model_dir or onnx_model.default_dir(), variant)
+
+    @property
+    def _key(self) -> tuple[Path, int, bool]:
+        return (self.model_file, self.threads, self.spin)
 
     def _ensure_model(self) -> None:
         if self.model_file.exists() and onnx_model.tokenizer_path(self.model_file.parent).exists():
@@ -82,14 +83,14 @@ class OnnxMiniLMEmbedder:
 
     def _load(self) -> tuple[Any, Any]:
         with self._lock:
-            loaded = self._sessions.get((self.model_file, self.spin))
+            loaded = self._sessions.get(self._key)
             if loaded is None:
                 import onnxruntime as ort
                 from tokenizers import Tokenizer
 
                 self._ensure_model()
                 opts = ort.SessionOptions()
-                opts.intra_op_num_threads = _threads()
+                opts.intra_op_num_threads = self.threads
                 opts.inter_op_num_threads = 1
                 opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
                 if not self.spin:
@@ -100,7 +101,7 @@ class OnnxMiniLMEmbedder:
                 tok = Tokenizer.from_file(str(onnx_model.tokenizer_path(self.model_file.parent)))
                 tok.enable_truncation(MAX_TOKENS)
                 tok.enable_padding(pad_id=0, pad_token="[PAD]")  # to the longest in the batch
-                loaded = self._sessions[(self.model_file, self.spin)] = (session, tok)
+                loaded = self._sessions[self._key] = (session, tok)
             return loaded
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:

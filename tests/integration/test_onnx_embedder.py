@@ -87,12 +87,14 @@ def test_batching_and_order_do_not_change_vectors(model_dir: Path):
     assert np.allclose(together, alone, atol=1e-5)  # padding is masked out
 
 
-def test_spinning_is_a_setting_that_does_not_change_vectors(model_dir: Path):
-    quiet = build_embedder(load_settings(onnx_model_dir=str(model_dir), onnx_spin=False))
-    assert isinstance(quiet, OnnxMiniLMEmbedder) and quiet.spin is False
-    busy = OnnxMiniLMEmbedder(model_dir=model_dir)
-    assert busy.spin is True  # the default
-    assert np.allclose(quiet.embed_sync(TEXTS[:4]), busy.embed_sync(TEXTS[:4]), atol=1e-6)
+def test_threads_and_spinning_are_settings_that_do_not_change_vectors(model_dir: Path):
+    two = build_embedder(
+        load_settings(onnx_model_dir=str(model_dir), onnx_threads=2, onnx_spin=False)
+    )
+    assert isinstance(two, OnnxMiniLMEmbedder) and (two.threads, two.spin) == (2, False)
+    one = OnnxMiniLMEmbedder(model_dir=model_dir)
+    assert one.threads == 1  # the default
+    assert np.allclose(two.embed_sync(TEXTS[:4]), one.embed_sync(TEXTS[:4]), atol=1e-5)
 
 
 async def test_missing_model_is_built_on_first_use(tmp_path: Path):
