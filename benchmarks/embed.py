@@ -1,7 +1,8 @@
 """``python -m benchmarks embed``: the embedding backends side by side, in one process and one run.
 
-For each backend (``onnx``: the default, ONNX Runtime fp32; ``onnx-int8``: the same graph with
-int8 weights; ``torch``: sentence-transformers on torch, the ``torch`` extra): batch throughput
+For each backend (``onnx``: the default, ONNX Runtime fp32 on one thread; ``onnx-2t``: the same
+on two spinning threads; ``onnx-int8``: the same graph with int8 weights; ``torch``:
+sentence-transformers on torch, two threads, the ``torch`` extra): batch throughput
 (``--texts`` synthetic turns encoded in batches of ``GAAMA_EMBED_BATCH``, texts/s) and the
 latency of one query encode (``--queries`` short questions one at a time, p50 ms), after a
 warm-up. Then 16 concurrent callers each encoding one query at a time, through

@@ -151,7 +151,7 @@ def test_bench_embed_smoke(tmp_path: Path) -> None:
     )
     doc = json.loads(out.read_text())
     assert doc["default"] == "onnx"
-    assert set(doc["backends"]) == {"onnx", "onnx-int8", "torch"}
+    assert set(doc["backends"]) == {"onnx", "onnx-2t", "onnx-int8", "torch"}
     for b in doc["backends"].values():
         _positive(b, "batch_texts_per_s", "query_p50_ms", "c16_coalesced_queries_per_s")
     assert "## Embedding backends" in docs.read_text()
