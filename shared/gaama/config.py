@@ -173,7 +173,7 @@ class Settings(BaseSettings):
     onnx_variant: Literal["fp32", "int8"] = "fp32"
     # onnxruntime intra-op threads per process; with more than one, whether they busy-wait.
     onnx_threads: int = Field(1, ge=1, le=64)
-    onnx_spin: bool = True
+    onnx_spin: bool = False
     # Query service: concurrent requests' query encodes wait this long for each other and run as
     # one batch (0 = off, every request encodes alone).
     embed_coalesce_ms: float = Field(2.0, ge=0, le=100)

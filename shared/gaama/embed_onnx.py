@@ -43,15 +43,16 @@ class OnnxMiniLMEmbedder:
         metrics: EmbedMetrics | None = None,
         model_dir: Path | None = None,
         variant: onnx_model.Variant = "fp32",
-        spin: bool = True,
+        spin: bool = False,
         threads: int = 1,
     ) -> None:
         self.batch_size = batch_size
-        # One thread by default: the best encodes per core, and the only setting that holds up
-        # when the cores are shared. Two threads only pay off with onnxruntime's workers
-        # spinning between parallel sections (~1.4x a batch on an idle 2-core machine), and
-        # spinning workers on a busy machine halve throughput instead (docs/benchmarks.md,
-        # "Reading the embedding figures"; GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN).
+        # One thread by default: as many encodes per core as two, and the only setting that
+        # holds up when the cores are shared (two threads, spinning or not, fell to about half
+        # the one-thread rate on a busy machine). Spinning workers shave a single query from
+        # ~2.6 to ~1.8 ms on an idle machine and collapse on a busy one, so they are off too
+        # (docs/benchmarks.md, "Reading the embedding figures"; scripts/onnx-threads-ab.py;
+        # GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN).
         self.threads = max(1, threads)
         self.spin = spin
         self.metrics = metrics

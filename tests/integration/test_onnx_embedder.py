@@ -89,11 +89,11 @@ def test_batching_and_order_do_not_change_vectors(model_dir: Path):
 
 def test_threads_and_spinning_are_settings_that_do_not_change_vectors(model_dir: Path):
     two = build_embedder(
-        load_settings(onnx_model_dir=str(model_dir), onnx_threads=2, onnx_spin=False)
+        load_settings(onnx_model_dir=str(model_dir), onnx_threads=2, onnx_spin=True)
     )
-    assert isinstance(two, OnnxMiniLMEmbedder) and (two.threads, two.spin) == (2, False)
-    one = OnnxMiniLMEmbedder(model_dir=model_dir)
-    assert one.threads == 1  # the default
+    assert isinstance(two, OnnxMiniLMEmbedder) and (two.threads, two.spin) == (2, True)
+    one = build_embedder(load_settings(onnx_model_dir=str(model_dir)))
+    assert isinstance(one, OnnxMiniLMEmbedder) and (one.threads, one.spin) == (1, False)
     assert np.allclose(two.embed_sync(TEXTS[:4]), one.embed_sync(TEXTS[:4]), atol=1e-5)
 
 
