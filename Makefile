@@ -8,16 +8,20 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format bench-ingest bench-query bench-locomo bench-forget dev-up dev-down clean
+.PHONY: install run test test-fast lint format bench-ingest bench-query bench-embed bench-locomo bench-forget dev-up dev-down clean
 
 install: $(STAMP)
 
-# torch is pinned to the CPU build (2.13.0) in pyproject.toml; pip takes it from the local wheel.
-# The bench extra holds what only benchmarks/ needs (run from the checkout, not installed).
-$(STAMP): pyproject.toml
+# The torch extra (the reference backend, GAAMA_EMBEDDER=minilm-torch, and the agreement tests) is
+# pinned to the CPU build (2.13.0) in pyproject.toml; pip takes it from the local wheel. The bench
+# extra holds what only benchmarks/ needs (run from the checkout, not installed). The last step
+# builds the ONNX model (fp32 and int8) into ~/.cache/gaama/onnx (or GAAMA_ONNX_MODEL_DIR): offline,
+# no torch, a few seconds.
+$(STAMP): pyproject.toml shared/gaama/onnx_model.py
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[stack,dev,bench]'
+	$(BIN)/python -m pip install --quiet -e '.[stack,dev,bench,torch,onnx-build]'
+	$(BIN)/python -m gaama.onnx_model
 	@touch $(STAMP)
 
 ## The whole pipeline on the embedded stack, a demo tenant, a sample conversation; Ctrl-C stops.
@@ -46,6 +50,9 @@ bench-ingest: install
 
 bench-query: install
 	$(BIN)/python -m benchmarks query --write-docs
+
+bench-embed: install
+	$(BIN)/python -m benchmarks embed --write-docs
 
 bench-locomo: install
 	$(BIN)/python -m benchmarks locomo --data ../shared/data/locomo/locomo_dev.json --json bench-results/locomo.json --write-docs

@@ -1,4 +1,4 @@
-"""The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``forget``,
+"""The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
 ``fairness``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from benchmarks import fairness, forget, ingest, locomo, query
+from benchmarks import embed, fairness, forget, ingest, locomo, query
 from gaama.cli import stop_on_sigterm
 from gaama.errors import GaamaError
 
@@ -16,7 +16,7 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest, forget, fairness):
+    for module in (locomo, query, ingest, embed, forget, fairness):
         module.register(sub)
     return p
 

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from redis.exceptions import RedisError
 from tqdm import tqdm
 
+from benchmarks import backends
 from benchmarks.query import machine_info, servers, write_section
 from benchmarks.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
@@ -56,6 +57,7 @@ DOCS_BEGIN, DOCS_END = "<!-- ingest:begin -->", "<!-- ingest:end -->"
 CEILING_TEXTS_PER_S = 120.0  # ARCHITECTURE.md §4, MiniLM batch encode (batch 64), 2 cores
 STALL_TIMEOUT_S = 120.0  # no new episode for this long: the service is stuck, give up
 WARMUP_TURNS = 32
+DEFAULT_BACKENDS = "onnx,torch"
 
 
 @dataclass(slots=True)
@@ -69,6 +71,8 @@ class Options:
     docs: Path | None = None
     progress: bool = True
     command: str = ""
+    # Embedding backends, one ingest service run each; the first gives the top-level figures.
+    backends: tuple[str, ...] = (backends.DEFAULT, "torch")
 
 
 @dataclass(frozen=True, slots=True)
@@ -190,7 +194,7 @@ def histogram_quantile(q: float, before: dict[float, float], after: dict[float, 
     return lower
 
 
-async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
+async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> dict[str, Any]:
 
     from gaama.devstack import create_topics
 
@@ -210,7 +214,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     graph = GraphStore(client, keys)
     bulk = BulkLoader(graph)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))
-    service = ServiceProcess("ingest", settings, log_dir)
+    service = ServiceProcess("ingest", settings, log_dir, extra=backends.env(backend))
     warm = [Conv("bench-warm", "warm", 0)]
     convs = [
         Conv(f"bench-t{t}", f"conv-{c}", t * opts.conversations + c)
@@ -249,6 +253,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     batches = after.get("batches", 0.0) - before.get("batches", 0.0)
     batch_p50 = histogram_quantile(0.5, before["batch_buckets"], after["batch_buckets"])
     return {
+        "backend": backend,
         "turns": opts.turns,
         "tenants": opts.tenants,
         "conversations": len(convs),
@@ -277,6 +282,27 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
     }
 
 
+def _backend_rows(doc: dict[str, Any]) -> list[str]:
+    """The same run with each embedding backend (same turns, a fresh service and namespace)."""
+    runs = doc.get("backends") or {}
+    if len(runs) < 2:
+        return []
+    first = runs[doc["backend"]]
+    rows = [
+        f"Each embedding backend ran the same {doc['turns']:,} turns through its own ingest "
+        f"service, one after another (the table above is `{doc['backend']}`):",
+        "",
+        f"| embedder | turns/s | embed texts/s | {doc['backend']} turns/s ÷ this |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, r in runs.items():
+        ratio = first["turns_per_s"] / r["turns_per_s"] if r["turns_per_s"] else 0.0
+        rows.append(
+            f"| {name} | {r['turns_per_s']:.1f} | {r['embed_texts_per_s']:.0f} | {ratio:.2f}× |"
+        )
+    return [*rows, ""]
+
+
 def docs_section(doc: dict[str, Any]) -> str:
     m = doc["machine"]
     return "\n".join(
@@ -286,7 +312,8 @@ def docs_section(doc: dict[str, Any]) -> str:
             f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}): "
             f"{doc['turns']:,} turns over {doc['tenants']} tenants / {doc['conversations']} "
             f"conversations produced with aiokafka to the turns topic ({doc['partitions']} "
-            "partitions), consumed by one ingest service process (embedding with MiniLM, atomic "
+            "partitions), consumed by one ingest service process (embedding with MiniLM on the "
+            f"`{doc.get('backend', 'torch')}` backend, atomic "
             "episode + NEXT write); timed from the first send until every episode is in Redis.",
             "",
             "| turns | wall s | turns/s | embedding share | embed texts/s | batches | "
@@ -298,6 +325,7 @@ def docs_section(doc: dict[str, Any]) -> str:
             f"{doc['batch_mean_ms']:.0f} | "
             f"{'yes' if doc['chains_in_order'] else '**no**'} |",
             "",
+            *_backend_rows(doc),
             "Embedding is the bound: ARCHITECTURE.md §4 lists MiniLM batch encoding at "
             f"≈ {doc['ceiling_texts_per_s']:.0f} texts/s on a machine of this kind; end to end "
             f"this run ingested {doc['share_of_ceiling']:.0%} of that rate (the machine's load "
@@ -315,7 +343,12 @@ def main(opts: Options) -> dict[str, Any]:
     if not (url and boot):  # both or neither: the service needs the pair that belongs together
         url = boot = None
     with servers(url, boot, need_kafka=True) as (redis_url, bootstrap):
-        doc = asyncio.run(_run(opts, redis_url, bootstrap))
+        runs = {b: asyncio.run(_run(opts, redis_url, bootstrap, b)) for b in opts.backends}
+    doc = dict(runs[opts.backends[0]])
+    doc["backends"] = {
+        b: {"turns_per_s": r["turns_per_s"], "embed_texts_per_s": r["embed_texts_per_s"]}
+        for b, r in runs.items()
+    }
     if opts.json_path:
         opts.json_path.parent.mkdir(parents=True, exist_ok=True)
         if opts.json_path.exists():  # keep hand-written notes across runs
@@ -333,6 +366,8 @@ def command_line(args: argparse.Namespace) -> str:
     argv = ["python", "-m", "benchmarks", "ingest", "--turns", str(args.turns)]
     if args.tenants != 4 or args.conversations != 5:
         argv += ["--tenants", str(args.tenants), "--conversations", str(args.conversations)]
+    if args.backends != DEFAULT_BACKENDS:
+        argv += ["--backends", args.backends]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -345,7 +380,13 @@ def _cli(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    try:
+        names = backends.parse(args.backends)
+    except ConfigError as exc:
+        print(f"python -m benchmarks ingest: {exc}", file=sys.stderr)
+        return 2
     opts = Options(
+        backends=names,
         turns=args.turns,
         tenants=args.tenants,
         conversations=args.conversations,
@@ -375,6 +416,12 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--turns", type=int, default=2000, help="turns to produce (default 2000)")
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--conversations", type=int, default=5, help="conversations per tenant")
+    p.add_argument(
+        "--backends",
+        default=DEFAULT_BACKENDS,
+        help=f"embedding backends, one service run each (default {DEFAULT_BACKENDS}; the first "
+        "gives the top-level figures)",
+    )
     p.add_argument("--redis-url", default=None, help="with --kafka-bootstrap: use these servers")
     p.add_argument("--kafka-bootstrap", default=None)
     p.add_argument("--json", default="bench-results/ingest.json", metavar="PATH")

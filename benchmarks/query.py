@@ -38,6 +38,7 @@ from redis.exceptions import RedisError
 from redisvl.exceptions import RedisSearchError
 from tqdm import tqdm
 
+from benchmarks import backends
 from benchmarks.synthetic import Batch, SyntheticGraph, query_texts
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
@@ -186,6 +187,9 @@ async def load_tenant(
 # --- querying ---------------------------------------------------------------------------------
 
 
+QUOTAS_OFF = {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"}
+
+
 @dataclass(slots=True)
 class RunSpec:
     nodes: int
@@ -322,6 +326,7 @@ class Options:
     keep: bool = False
     progress: bool = True
     command: str = ""
+    backends: tuple[str, ...] = (backends.DEFAULT,)  # the first one is what targets are read from
 
 
 def _requests_for(opts: Options, concurrency: int) -> int:
@@ -381,37 +386,18 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
                 file=sys.stderr,
             )
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
-        # The caller's own GAAMA_* variables reach the service (e.g. GAAMA_RETRIEVAL__* knobs for
-        # an A/B), under the run's namespace.
-        # One tenant at a time measures capacity: its per-tenant quotas are lifted.
-        quotas_off = {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"}
-        service = await ServiceProcess(
-            "query", settings, log_dir, inherit=True, extra=quotas_off
-        ).astart(180)
         texts = query_texts(4096)
-        for n in sorted(loads):
-            for mode in opts.modes:  # warm-up: model, connections, Redis caches
-                await run_queries(
-                    service.url, api[n], RunSpec(n, 4, mode, opts.warmup), texts, progress=False
-                )
-            for c in opts.concurrency:
-                results = await compare_modes(
-                    service.url,
-                    api[n],
-                    n,
-                    c,
-                    opts.modes,
-                    _requests_for(opts, c),
-                    texts,
-                    opts.progress,
-                )
-                for result in results:
-                    runs.append(result)
-                    print(
-                        f"# {n:>9,} c={c:<3} {result['mode']:8s} p50 {result['p50_ms']:7.1f} ms  "
-                        f"p99 {result['p99_ms']:7.1f} ms  {result['qps']:6.1f} qps",
-                        file=sys.stderr,
-                    )
+        for backend in opts.backends:  # one service process per embedding backend, in turn
+            # The caller's own GAAMA_* variables reach the service (e.g. GAAMA_RETRIEVAL__* knobs
+            # for an A/B), under the run's namespace; the backend's win. One tenant at a time
+            # measures capacity: its per-tenant quotas are lifted.
+            env = {**backends.env(backend), **QUOTAS_OFF}
+            service = await ServiceProcess(
+                "query", settings, log_dir, inherit=True, extra=env
+            ).astart(180)
+            await _run_sizes(opts, service.url, api, sorted(loads), texts, backend, runs)
+            service.stop()
+            service = None
     finally:
         if service is not None:
             service.stop()
@@ -431,11 +417,41 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
         "load_nodes_per_s": {str(n): round(v["nodes_per_s"], 1) for n, v in loads.items()},
         "graphs": {str(n): v["graph"] for n, v in loads.items()},
         "not_run": not_run,
-        "targets": targets(runs, sorted(opts.sizes), not_run),
+        "targets": targets(
+            [r for r in runs if r["backend"] == opts.backends[0]], sorted(opts.sizes), not_run
+        ),
+        "backends": list(opts.backends),
         "machine": machine_info(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": opts.command,
     }
+
+
+async def _run_sizes(
+    opts: Options,
+    url: str,
+    api: dict[int, str],
+    sizes: Sequence[int],
+    texts: Sequence[str],
+    backend: str,
+    runs: list[dict[str, Any]],
+) -> None:
+    """Every size, concurrency and mode against one running service; results added to ``runs``."""
+    for n in sizes:
+        for mode in opts.modes:  # warm-up: model, connections, Redis caches
+            await run_queries(url, api[n], RunSpec(n, 4, mode, opts.warmup), texts, progress=False)
+        for c in opts.concurrency:
+            results = await compare_modes(
+                url, api[n], n, c, opts.modes, _requests_for(opts, c), texts, opts.progress
+            )
+            for result in results:
+                runs.append({"backend": backend, **result})
+                print(
+                    f"# {backend:6s} {n:>9,} c={c:<3} {result['mode']:8s} "
+                    f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
+                    f"{result['qps']:6.1f} qps",
+                    file=sys.stderr,
+                )
 
 
 def _find(runs: Sequence[dict[str, Any]], nodes: int, c: int, mode: str) -> dict[str, Any] | None:
@@ -506,20 +522,23 @@ def docs_section(doc: dict[str, Any]) -> str:
         "",
         f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}, "
         f"{m['memory_gb']} GB). Latency is client-side over HTTP to the real query service "
-        "(one process), the query embedded by MiniLM in the service; stage columns are the "
+        "(one process), the query embedded by MiniLM in the service (backend in the first "
+        "column; targets are read from the first backend's runs); stage columns are the "
         "service's own p50 per stage (ms). The modes of one size and concurrency run in four "
         "interleaved rounds (A B B A …) so that drift of this shared machine falls on both "
         "alike. Graphs: 45 % episodes in NEXT chains, 35 % facts, "
         "10 % concepts (Pareto-tailed degree), 10 % reflections; synthetic topic-clustered "
         "vectors (see `benchmarks/synthetic.py`).",
         "",
-        "| nodes | c | mode | p50 ms | p95 ms | p99 ms | QPS | embed | knn | expand | ppr | pack |",
-        "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| embedder | nodes | c | mode | p50 ms | p95 ms | p99 ms | QPS | embed | knn | expand "
+        "| ppr | pack |",
+        "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in doc["runs"]:
         st = r["stage_p50_ms"]
         lines.append(
-            f"| {r['nodes']:,} | {r['concurrency']} | {r['mode']} | {r['p50_ms']:.1f} | "
+            f"| {r.get('backend', '')} | {r['nodes']:,} | {r['concurrency']} | {r['mode']} | "
+            f"{r['p50_ms']:.1f} | "
             f"{r['p95_ms']:.1f} | {r['p99_ms']:.1f} | {r['qps']:.1f} | "
             + " | ".join(f"{st[s]:.1f}" for s in STAGES)
             + " |"
@@ -583,6 +602,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--requests", str(args.requests)]
     if args.max_load_minutes != MAX_LOAD_MINUTES:
         argv += ["--max-load-minutes", f"{args.max_load_minutes:g}"]
+    if args.backends != backends.DEFAULT:
+        argv += ["--backends", args.backends]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -604,6 +625,7 @@ def _cli(args: argparse.Namespace) -> int:
         command=command_line(args),
     )
     try:
+        opts.backends = backends.parse(args.backends)
         main(opts)
     except ConfigError as exc:
         print(f"python -m benchmarks query: {exc}", file=sys.stderr)
@@ -652,6 +674,12 @@ def register(sub: SubParsers) -> None:
         "--write-docs", action="store_true", help="update the query section of docs/benchmarks.md"
     )
     p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument(
+        "--backends",
+        default=backends.DEFAULT,
+        help="embedding backends, one service run each, e.g. onnx,torch (default onnx; targets "
+        "are read from the first)",
+    )
     p.add_argument("--keep", action="store_true", help="keep the loaded tenants and index")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cli)

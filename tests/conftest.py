@@ -16,7 +16,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gaama.config import Settings, load_settings
-from gaama.embed import MiniLMEmbedder
+from gaama.embed import Embedder, build_embedder
 from gaama.store import connect
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
@@ -98,9 +98,10 @@ async def index(
 
 
 @pytest.fixture(scope="session")
-def embedder() -> MiniLMEmbedder:
-    e = MiniLMEmbedder()
-    e.warm_up()
+def embedder() -> Embedder:
+    """The default backend (ONNX Runtime), as the services build it."""
+    e = build_embedder(load_settings())
+    e.warm_up()  # type: ignore[attr-defined]
     return e
 
 

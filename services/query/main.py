@@ -18,6 +18,7 @@ import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
 
+from gaama import coalesce
 from gaama.config import Settings, load_settings
 from gaama.embed import build_embedder
 from gaama.errors import GaamaError
@@ -56,7 +57,10 @@ def build(settings: Settings) -> FastAPI:
     """The app with its clients; they are closed when the app shuts down."""
     registry = CollectorRegistry()
     metrics = query_metrics(registry)
-    embedder = build_embedder(settings, embed_metrics("query", registry))
+    # Concurrent requests' query encodes share one batch (GAAMA_EMBED_COALESCE_MS; 0 = off).
+    embedder = coalesce.for_queries(
+        build_embedder(settings, embed_metrics("query", registry)), settings
+    )
     stores = connect_stores(settings, embedder.dim)  # creates the index if missing
     owned: list[Any] = []
     forgets = ForgetStore(stores.redis, stores.graph.keys)

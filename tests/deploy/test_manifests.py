@@ -932,7 +932,11 @@ def test_dockerfile_basics() -> None:
     assert base and re.fullmatch(r"python:\d+\.\d+\.\d+-slim-\w+", base.group(1))
     assert re.search(r"^USER 10001:10001$", text, re.M)
     assert 'ENTRYPOINT ["python", "-m"]' in text
-    assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text
+    # No torch in the image: the default embedder is ONNX Runtime; the model is built in the
+    # builder stage with tools that stay out of the venv, and the image says where it is.
+    assert "torch" not in re.sub(r"#.*", "", text).replace('"torch" not in', "")
+    assert "python -m gaama.onnx_model --dir /opt/venv/share/gaama/onnx" in text
+    assert "GAAMA_ONNX_MODEL_DIR=/opt/venv/share/gaama/onnx" in text
 
 
 @pytest.mark.parametrize("service", DEPLOYED)

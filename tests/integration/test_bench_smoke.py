@@ -1,5 +1,5 @@
-"""``python -m benchmarks query`` and ``python -m benchmarks ingest`` at tiny sizes against the
-session stack.
+"""``python -m benchmarks query``, ``ingest`` and ``embed`` at tiny sizes against the session
+stack.
 
 They run as the real command (a subprocess, as ``make bench-*`` runs them) and start the real
 query/ingest service themselves; the assertions are on the JSON they write and the docs section.
@@ -62,11 +62,15 @@ def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
         "--docs",
         str(docs),
         "--no-progress",
+        "--backends",
+        "onnx,torch",
+        timeout=360,
     )
     doc = json.loads(out.read_text())
-    assert {(r["concurrency"], r["mode"]) for r in doc["runs"]} == {
-        (c, m) for c in (1, 16) for m in ("gaama", "semantic")
+    assert {(r["backend"], r["concurrency"], r["mode"]) for r in doc["runs"]} == {
+        (b, c, m) for b in ("onnx", "torch") for c in (1, 16) for m in ("gaama", "semantic")
     }
+    assert doc["backends"] == ["onnx", "torch"]
     for r in doc["runs"]:
         assert r["nodes"] == 300 and r["errors"] == 0
         _positive(r, "p50_ms", "p95_ms", "p99_ms", "qps")
@@ -80,7 +84,7 @@ def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
     assert any("1M" in t["target"] and t["holds"] is None for t in doc["targets"])
     text = docs.read_text()
     assert DOCS_BEGIN in text and DOCS_END in text and "keep me" in text
-    assert "| 300 | 1 | gaama |" in text
+    assert "| onnx | 300 | 1 | gaama |" in text and "| torch | 300 | 1 | gaama |" in text
 
 
 def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
@@ -100,9 +104,15 @@ def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
         "--json",
         str(out),
         "--no-progress",
+        timeout=360,
     )
     doc = json.loads(out.read_text())
     assert doc["turns"] == 50 and doc["conversations"] == 4
+    assert doc["backend"] == "onnx"  # the top-level figures are the default backend's
+    assert set(doc["backends"]) == {"onnx", "torch"}  # both by default, in one run
+    for b in doc["backends"].values():
+        _positive(b, "turns_per_s", "embed_texts_per_s")
+    assert doc["backends"]["onnx"]["turns_per_s"] == doc["turns_per_s"]
     _positive(doc, "seconds", "turns_per_s", "embedding_seconds", "batches", "batch_p50_ms")
     assert 0 < doc["embedding_share"] <= 1
     assert doc["embedded_texts"] == 50
@@ -133,6 +143,29 @@ def test_bench_forget_smoke(stack: StackInfo, tmp_path: Path) -> None:
     assert conv["removed"]["episode"] == 20 and subject["removed"]["episode"] == 12
     assert conv["keys_after"] < conv["keys_before"] and subject["keys_after"] < 10
     _positive(conv, "done_s")
+
+
+def test_bench_embed_smoke(tmp_path: Path) -> None:
+    out, docs = tmp_path / "embed.json", tmp_path / "benchmarks.md"
+    docs.write_text("# Benchmarks\n")
+    _bench(
+        "embed",
+        "--texts",
+        "32",
+        "--queries",
+        "16",
+        "--json",
+        str(out),
+        "--write-docs",
+        "--docs",
+        str(docs),
+    )
+    doc = json.loads(out.read_text())
+    assert doc["default"] == "onnx"
+    assert set(doc["backends"]) == {"onnx", "onnx-2t", "onnx-int8", "torch"}
+    for b in doc["backends"].values():
+        _positive(b, "batch_texts_per_s", "query_p50_ms", "c16_coalesced_queries_per_s")
+    assert "## Embedding backends" in docs.read_text()
 
 
 def test_write_section_keeps_other_sections(tmp_path: Path) -> None:

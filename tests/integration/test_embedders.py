@@ -11,6 +11,7 @@ import pytest
 
 from gaama.config import load_settings
 from gaama.embed import GOMP_SPINCOUNT, MiniLMEmbedder, OpenAIEmbedder, build_embedder
+from gaama.embed_onnx import OnnxMiniLMEmbedder
 from gaama.errors import ConfigError
 from tests.fakes.openai_server import FakeOpenAIServer
 
@@ -48,7 +49,15 @@ async def test_openai_embedder_rejects_a_wrong_dimension():
 def test_minilm_dimension_mismatch_is_a_config_error():
     with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM=128"):
         build_embedder(load_settings(embed_dim=128))
-    assert isinstance(build_embedder(load_settings()), MiniLMEmbedder)
+    with pytest.raises(ConfigError, match="GAAMA_EMBED_DIM=128"):
+        build_embedder(load_settings(embed_dim=128, embedder="minilm-torch"))
+
+
+def test_backend_is_chosen_by_the_setting():
+    assert isinstance(build_embedder(load_settings()), OnnxMiniLMEmbedder)  # the default
+    # "minilm" named the local model before the ONNX backend: same model, same vectors.
+    assert isinstance(build_embedder(load_settings(embedder="minilm")), OnnxMiniLMEmbedder)
+    assert isinstance(build_embedder(load_settings(embedder="minilm-torch")), MiniLMEmbedder)
 
 
 _SPIN_PROBE = """
