@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -9,14 +11,17 @@ import faust
 from prometheus_client import CollectorRegistry
 
 from gaama.config import Settings
-from gaama.events import TOPIC_EPISODES
+from gaama.events import TOPIC_EPISODES, FactsExtracted, decode
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.forgetting import Forgetting
 from gaama.metrics import StageMetrics
+from gaama.store.outbox import Outbox
 from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
 from services.runtime.records import BatchResult
 from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+
+log = logging.getLogger("gaama.extract")
 
 Publish = Callable[[BatchResult, str], Awaitable[None]]
 
@@ -38,6 +43,25 @@ def idle_chunks_task(
     return Periodic("idle_chunks", close_idle, metrics.task_failures)
 
 
+def outbox_task(
+    outbox: Outbox, resend_s: float, publish: Publish, metrics: StageMetrics
+) -> Periodic:
+    """The outbox timer's tick: send again the facts events reflect has not handled within
+    ``resend_s`` (a worker killed between a chunk's write and its publication)."""
+
+    async def resend() -> None:
+        now = time.time()
+        for tenant, chunk_id, payload in await outbox.stale(now - resend_s):
+            event = decode(FactsExtracted, payload)
+            await publish(BatchResult(out=facts_out([event])), TOPIC_EPISODES)
+            await outbox.touch(tenant, chunk_id, now)
+            log.info(
+                "sent the facts of chunk %s again (not reflected in %.0fs)", chunk_id, resend_s
+            )
+
+    return Periodic("outbox", resend, metrics.task_failures)
+
+
 def build_app(
     settings: Settings,
     pipeline: ExtractionPipeline,
@@ -45,6 +69,7 @@ def build_app(
     metrics: StageMetrics,
     ready: ReadyCheck,
     forgetting: Forgetting | None = None,
+    outbox: Outbox | None = None,
 ) -> faust.App:
     app = make_app("extract", settings, settings.extract_port)
     publisher = Publisher(app, settings, "extract")
@@ -66,5 +91,12 @@ def build_app(
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:
         await idle()
+
+    if outbox is not None:
+        resend = outbox_task(outbox, settings.outbox_resend_s, publisher.publish, metrics)
+
+        @app.timer(interval=max(1.0, settings.outbox_resend_s / 4))
+        async def resend_outbox() -> None:
+            await resend()
 
     return app

@@ -14,6 +14,7 @@ from gaama.extract.factory import build_extractor
 from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
 from gaama.metrics import embed_metrics, llm_metrics, stage_metrics
 from gaama.store.chunks import ChunkStore
+from gaama.store.outbox import Outbox
 from services.extract.app import build_app
 from services.runtime.bootstrap import connect_stores, run_worker
 
@@ -26,11 +27,12 @@ def main() -> int:
         print(f"extract: {exc}", file=sys.stderr)  # noqa: T201
         return 2
     registry = CollectorRegistry()
-    metrics = stage_metrics("extract", registry, tasks=("consumer_lag", "idle_chunks"))
+    metrics = stage_metrics("extract", registry, tasks=("consumer_lag", "idle_chunks", "outbox"))
     lm = llm_metrics("extract", registry)
     embedder = build_embedder(settings, embed_metrics("extract", registry))
     extractor, _client = build_extractor(settings, lm)
     stores = connect_stores(settings, embedder.dim)
+    outbox = Outbox(stores.redis, stores.graph.keys)
     pipeline = ExtractionPipeline(
         ExtractDeps(
             settings=settings,
@@ -40,6 +42,7 @@ def main() -> int:
             embedder=embedder,
             extractor=extractor,
             llm_metrics=lm,
+            outbox=outbox,
         )
     )
     app = build_app(
@@ -49,6 +52,7 @@ def main() -> int:
         metrics,
         stores.ready,
         forgetting=stores.forgetting(settings),
+        outbox=outbox,
     )
     return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
 

@@ -13,6 +13,7 @@ from gaama.errors import ConfigError
 from gaama.extract.factory import build_extractor
 from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
 from gaama.metrics import embed_metrics, forget_metrics, llm_metrics, stage_metrics
+from gaama.store.outbox import Outbox
 from services.reflect.app import build_app
 from services.runtime.bootstrap import connect_stores, run_worker
 
@@ -36,6 +37,7 @@ def main() -> int:
             index=stores.index,
             embedder=embedder,
             extractor=extractor,
+            outbox=Outbox(stores.redis, stores.graph.keys),
         )
     )
     app = build_app(

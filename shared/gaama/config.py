@@ -203,6 +203,8 @@ class Settings(BaseSettings):
 
     # --- extraction --------------------------------------------------------------------------
     extract_batch: int = Field(64, ge=1, le=4096)  # episodes per consumer batch
+    # A chunk's facts event not handled by reflect within this long is sent again (outbox).
+    outbox_resend_s: float = Field(120.0, gt=0, le=86400)
     reflect_batch: int = Field(64, ge=1, le=4096)  # facts events per consumer batch
     chunk_words: int = Field(500, ge=20, le=10000)
     chunk_idle_s: float = Field(30.0, gt=0, le=86400)

@@ -16,6 +16,7 @@ from gaama.forgetting import Forgetting
 from gaama.store.chunks import ChunkStore
 from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
+from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
 from services.extract import handlers as extract
 from services.ingest import handlers as ingest
@@ -46,8 +47,11 @@ class Stream:
         self.forgetting = Forgetting(self.forgets, self.chunks)
         ex = OfflineExtractor()
         s, g, i, e = self.settings, self.graph, self.index, self.embedder
-        self.extract = ExtractionPipeline(ExtractDeps(s, g, i, self.chunks, e, ex))
-        self.reflect = ReflectionPipeline(ReflectDeps(s, g, i, e, ex))
+        self.outbox = Outbox(redis, keys)
+        self.extract = ExtractionPipeline(
+            ExtractDeps(s, g, i, self.chunks, e, ex, outbox=self.outbox)
+        )
+        self.reflect = ReflectionPipeline(ReflectDeps(s, g, i, e, ex, outbox=self.outbox))
         self.ingest_deps = ingest.IngestDeps(s, g, e, forgetting=self.forgetting)
 
     def _check(self, result: BatchResult) -> None:

@@ -25,7 +25,7 @@ from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.errors import NodesGone, RetryableError, StoreUnavailable
-from gaama.events import EpisodeStored, FactsExtracted
+from gaama.events import EpisodeStored, FactsExtracted, encode
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
 from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext, FactDraft
@@ -33,6 +33,7 @@ from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore
+from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
 
 log = logging.getLogger("gaama.extract")
@@ -62,6 +63,7 @@ class ExtractDeps:
     extractor: Extractor
     llm_metrics: LLMMetrics | None = None
     clock: object = field(default=time.time)
+    outbox: Outbox | None = None
 
 
 class ExtractionPipeline:
@@ -300,16 +302,31 @@ class ExtractionPipeline:
         close = self.d.chunks.close_ops(
             tenant, conversation, len(episode_ids), words, chunk_id, [e.id for e in chunk]
         )
+        fact_ids = list(dict.fromkeys(f for f in all_fact_ids if f is not None))
+        event = FactsExtracted(
+            tenant=tenant,
+            conversation=conversation,
+            chunk_id=chunk_id,
+            fact_ids=fact_ids,
+            new_fact_ids=new_fact_ids,
+            concept_ids=list(dict.fromkeys(cid.values())),
+            extractor=self.d.extractor.name,
+        )
+        outbox = self.d.outbox
+        queue = [close]
+        if outbox is not None:  # the event waits with the data until reflect has handled it
+            queue.append(outbox.add_ops(tenant, chunk_id, encode(event), self._now()))
         await self.d.graph.write(
             tenant,
             [*fact_nodes, *new_concepts.values()],
             edges,
             node_fields=fact_fields,
-            also=[close],
+            also=queue,
             require=[*chunk_ids, *fact_fields],
         )
+        if outbox is not None:
+            await outbox.announce(tenant)
         await self.d.chunks.forget_if_empty(tenant, conversation)
-        fact_ids = list(dict.fromkeys(f for f in all_fact_ids if f is not None))
         log.info(
             "chunk %s (%s, %d episodes, %s): %d facts (%d new), %d new concepts",
             chunk_id,
@@ -320,15 +337,7 @@ class ExtractionPipeline:
             len(new_fact_ids),
             len(new_concepts),
         )
-        return FactsExtracted(
-            tenant=tenant,
-            conversation=conversation,
-            chunk_id=chunk_id,
-            fact_ids=fact_ids,
-            new_fact_ids=new_fact_ids,
-            concept_ids=list(dict.fromkeys(cid.values())),
-            extractor=self.d.extractor.name,
-        )
+        return event
 
     async def _facts(
         self,

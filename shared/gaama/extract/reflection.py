@@ -25,6 +25,7 @@ from gaama.extract.pipeline import word_count
 from gaama.extract.types import ReflectionInput
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.graph import GraphStore
+from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
 
 log = logging.getLogger("gaama.reflect")
@@ -39,6 +40,7 @@ class ReflectDeps:
     index: VectorIndex
     embedder: Embedder
     extractor: Extractor
+    outbox: Outbox | None = None
 
 
 class ReflectionPipeline:
@@ -52,12 +54,16 @@ class ReflectionPipeline:
         Reflections are written only while every fact they cite exists: a forget that removes
         one meanwhile makes the chunk be reflected again from the facts that are left.
         """
+        written: list[str] = []
         for _ in range(3):
             try:
-                return await self._reflect(ev)
+                written = await self._reflect(ev)
+                break
             except NodesGone as exc:
                 log.info("chunk %s: facts forgotten while reflecting (%s)", ev.chunk_id, exc)
-        return []
+        if self.d.outbox is not None:  # handled: extraction need not send the event again
+            await self.d.outbox.done(ev.tenant, ev.chunk_id)
+        return written
 
     async def _reflect(self, ev: FactsExtracted) -> list[str]:
         t = ev.tenant

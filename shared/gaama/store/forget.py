@@ -207,6 +207,8 @@ class ForgetStore:
             self.keys.adj_prefix(tenant),
             self.keys.chain(tenant, ""),
             self.keys.state(tenant, "reflected", ""),
+            self.keys.state(tenant, "outbox", ""),
+            self.keys.state(tenant, "outbox-index"),
         ]
         for i in range(0, len(episode_ids), _BATCH):
             batch = episode_ids[i : i + _BATCH]

@@ -4,7 +4,8 @@
 --          other key shares its hash slot)
 -- ARGV[1]  node key prefix      ARGV[2]  adjacency key prefix
 -- ARGV[3]  chain key prefix     ARGV[4]  reflected-marker key prefix
--- ARGV[5..] episode ids
+-- ARGV[5]  outbox entry prefix  ARGV[6]  the tenant's outbox index
+-- ARGV[7..] episode ids
 -- Returns {episodes, facts, reflections, concepts} removed.
 --
 -- Per episode: its hash (the vector index document goes with it), its adjacency, every entry
@@ -14,9 +15,11 @@
 -- is removed; a concept left with no edge is removed.
 local deg = KEYS[1]
 local nodep, adjp, chainp, reflp = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local outboxp, outbox_index = ARGV[5], ARGV[6]
+local FIRST = 7
 local call = redis.call
 local doomed = {}
-for i = 5, #ARGV do doomed[ARGV[i]] = true end
+for i = FIRST, #ARGV do doomed[ARGV[i]] = true end
 local removed = {0, 0, 0, 0}
 
 local function refresh(n)
@@ -47,11 +50,14 @@ local function parse(entry)
 end
 
 local facts, concepts, reflections = {}, {}, {}
-for i = 5, #ARGV do
+for i = FIRST, #ARGV do
   local ep = ARGV[i]
   if call('EXISTS', nodep .. ep) == 1 then
     local f = call('HMGET', nodep .. ep, 'conversation', 'chunk')
-    if f[2] then call('DEL', reflp .. f[2]) end
+    if f[2] then
+      call('DEL', reflp .. f[2], outboxp .. f[2])  -- its chunk's markers: never sent again
+      call('ZREM', outbox_index, f[2])
+    end
     if f[1] then call('ZREM', chainp .. f[1], ep) end
     local prev, nxt, w
     for nb, entry in pairs(unlink(ep)) do
