@@ -124,19 +124,20 @@ class ForgetStore:
         )
         pipe.sadd(self._pending(tenant, request_id), *lanes)
         pipe.hset(self.keys.state(tenant, "hidden"), marker(scope, scope_id), request_id)
-        pipe.zadd(self._global_pending, {f"{tenant}|{request_id}": now})
         self._audit(pipe, tenant, request_id, "accepted", scope, scope_id, requester, now)
         with store_errors():
             await pipe.execute()
+            # Outside the tenant's transaction: a key of no tenant's slot (Redis Cluster).
+            await self.redis.zadd(self._global_pending, {f"{tenant}|{request_id}": now})
 
     async def abandon(self, tenant: str, request_id: str, scope: str, scope_id: str) -> None:
         """Undo :meth:`accept` for a request that could not be published."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(self._req(tenant, request_id), self._pending(tenant, request_id))
         pipe.hdel(self.keys.state(tenant, "hidden"), marker(scope, scope_id))
-        pipe.zrem(self._global_pending, f"{tenant}|{request_id}")
         with store_errors():
             await pipe.execute()
+            await self.redis.zrem(self._global_pending, f"{tenant}|{request_id}")
 
     # --- the stages ----------------------------------------------------------------------------
 
@@ -252,10 +253,10 @@ class ForgetStore:
         )
         pipe.delete(self._pending(tenant, request_id))
         pipe.hdel(self.keys.state(tenant, "hidden"), marker(scope, scope_id))
-        pipe.zrem(self._global_pending, f"{tenant}|{request_id}")
         self._audit(pipe, tenant, request_id, "done", scope, scope_id, "", now, removed)
         with store_errors():
             await pipe.execute()
+            await self.redis.zrem(self._global_pending, f"{tenant}|{request_id}")
 
     # --- reads ---------------------------------------------------------------------------------
 
