@@ -19,7 +19,7 @@ from gaama.store.outbox import Outbox
 from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
 from services.runtime.records import BatchResult
-from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+from services.runtime.worker import ReadyCheck, add_ops_pages, stage_app
 
 log = logging.getLogger("gaama.extract")
 
@@ -71,18 +71,14 @@ def build_app(
     forgetting: Forgetting | None = None,
     outbox: Outbox | None = None,
 ) -> faust.App:
-    app = make_app("extract", settings, settings.extract_port)
-    publisher = Publisher(app, settings, "extract")
-    consume(
-        app,
-        service="extract",
+    app, publisher = stage_app(
+        "extract",
+        settings,
+        port=settings.extract_port,
         source_base=TOPIC_EPISODES,
-        settings=settings,
         handler=partial(handle, pipeline=pipeline, forgetting=forgetting),
         metrics=metrics,
-        publisher=publisher,
         batch_size=settings.extract_batch,
-        window_s=0.2,
     )
     add_ops_pages(app, registry, ready, settings)
 

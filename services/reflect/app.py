@@ -13,7 +13,7 @@ from gaama.extract.reflection import ReflectionPipeline
 from gaama.forgetting import Forgetting
 from gaama.metrics import ForgetMetrics, StageMetrics
 from services.reflect.handlers import handle
-from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+from services.runtime.worker import ReadyCheck, add_ops_pages, stage_app
 
 
 def build_app(
@@ -25,18 +25,14 @@ def build_app(
     forgetting: Forgetting | None = None,
     forget_metrics: ForgetMetrics | None = None,
 ) -> faust.App:
-    app = make_app("reflect", settings, settings.reflect_port)
-    publisher = Publisher(app, settings, "reflect")
-    consume(
-        app,
-        service="reflect",
+    app, _publisher = stage_app(
+        "reflect",
+        settings,
+        port=settings.reflect_port,
         source_base=TOPIC_FACTS,
-        settings=settings,
         handler=partial(handle, pipeline=pipeline, forgetting=forgetting, metrics=forget_metrics),
         metrics=metrics,
-        publisher=publisher,
         batch_size=settings.reflect_batch,
-        window_s=0.2,
     )
     add_ops_pages(app, registry, ready, settings)
     return app
