@@ -32,15 +32,7 @@ def wire(svc: Service) -> faust.App:
             outbox=outbox,
         )
     )
-    return build_app(
-        settings,
-        pipeline,
-        svc.registry,
-        svc.metrics,
-        stores.ready,
-        forgetting=stores.forgetting(settings),
-        outbox=outbox,
-    )
+    return build_app(svc, pipeline, outbox=outbox)
 
 
 def main() -> int:

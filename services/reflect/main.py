@@ -8,7 +8,7 @@ import faust
 
 from gaama.extract.factory import build_extractor
 from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
-from gaama.metrics import forget_metrics, llm_metrics
+from gaama.metrics import llm_metrics
 from gaama.store.outbox import Outbox
 from services.reflect.app import build_app
 from services.runtime.bootstrap import Service, serve
@@ -27,15 +27,7 @@ def wire(svc: Service) -> faust.App:
             outbox=Outbox(stores.redis, stores.graph.keys),
         )
     )
-    return build_app(
-        settings,
-        pipeline,
-        svc.registry,
-        svc.metrics,
-        stores.ready,
-        forgetting=stores.forgetting(settings),
-        forget_metrics=forget_metrics("reflect", svc.registry),
-    )
+    return build_app(svc, pipeline)
 
 
 def main() -> int:
