@@ -8,18 +8,16 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 import faust
-from prometheus_client import CollectorRegistry
 
-from gaama.config import Settings
 from gaama.events import TOPIC_EPISODES, FactsExtracted, decode
 from gaama.extract.pipeline import ExtractionPipeline
-from gaama.forgetting import Forgetting
 from gaama.metrics import StageMetrics
 from gaama.store.outbox import Outbox
 from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
+from services.runtime.bootstrap import Service
 from services.runtime.records import BatchResult
-from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+from services.runtime.worker import add_ops_pages, stage_app
 
 log = logging.getLogger("gaama.extract")
 
@@ -63,28 +61,19 @@ def outbox_task(
 
 
 def build_app(
-    settings: Settings,
-    pipeline: ExtractionPipeline,
-    registry: CollectorRegistry,
-    metrics: StageMetrics,
-    ready: ReadyCheck,
-    forgetting: Forgetting | None = None,
-    outbox: Outbox | None = None,
+    svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None = None
 ) -> faust.App:
-    app = make_app("extract", settings, settings.extract_port)
-    publisher = Publisher(app, settings, "extract")
-    consume(
-        app,
-        service="extract",
+    settings, metrics = svc.settings, svc.metrics
+    app, publisher = stage_app(
+        "extract",
+        settings,
+        port=settings.extract_port,
         source_base=TOPIC_EPISODES,
-        settings=settings,
-        handler=partial(handle, pipeline=pipeline, forgetting=forgetting),
+        handler=partial(handle, pipeline=pipeline, forgetting=svc.stores.forgetting(settings)),
         metrics=metrics,
-        publisher=publisher,
         batch_size=settings.extract_batch,
-        window_s=0.2,
     )
-    add_ops_pages(app, registry, ready, settings)
+    add_ops_pages(app, svc.registry, svc.stores.ready, settings)
 
     idle = idle_chunks_task(pipeline, publisher.publish, metrics)
 

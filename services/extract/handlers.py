@@ -7,7 +7,6 @@ Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaa
 
 from __future__ import annotations
 
-from gaama.errors import ValidationError
 from gaama.events import (
     TOPIC_FACTS,
     EpisodeStored,
@@ -18,7 +17,13 @@ from gaama.events import (
 )
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.forgetting import Forgetting
-from services.runtime.records import BatchResult, Failure, Outgoing, Record
+from services.runtime.records import (
+    BatchResult,
+    Outgoing,
+    Record,
+    decoded,
+    forgetting_not_wired,
+)
 
 
 def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
@@ -35,15 +40,10 @@ async def handle(
     """Episodes in arrival order (turn order per conversation); a forget request takes its
     episodes out of open chunks and travels on to reflect."""
     result = BatchResult()
-    for record in batch:
-        try:
-            ev = validate_episode(record)
-        except ValidationError as exc:
-            result.failed.append(Failure(record, exc.reason, str(exc)))
-            continue
+    for record, ev in decoded(batch, result, validate_episode):
         if isinstance(ev, ForgetRequested):
             if forgetting is None:
-                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                result.failed.append(forgetting_not_wired(record))
                 continue
             await forgetting.at_extract(ev)
             result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))

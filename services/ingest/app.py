@@ -35,7 +35,7 @@ from services.runtime.http import (
 )
 from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
-from services.runtime.worker import Publisher, consume, make_app, serve_http
+from services.runtime.worker import serve_http, stage_app
 
 log = logging.getLogger("gaama.ingest")
 
@@ -49,16 +49,13 @@ def build_app(
 ) -> faust.App:
     """The faust app: the turns consumer, and the HTTP app served on the worker's loop."""
     s = deps.settings
-    app = make_app("ingest", s, s.ingest_port)
-    publisher = Publisher(app, s, "ingest")
-    consume(
-        app,
-        service="ingest",
+    app, _publisher = stage_app(
+        "ingest",
+        s,
+        port=s.ingest_port,
         source_base=TOPIC_TURNS,
-        settings=s,
         handler=partial(handle, deps=deps),
         metrics=metrics,
-        publisher=publisher,
         batch_size=s.ingest_batch,
         window_s=s.ingest_batch_window_s,
     )

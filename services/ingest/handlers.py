@@ -35,7 +35,13 @@ from gaama.events import (
 from gaama.forgetting import Forgetting
 from gaama.model import Node
 from gaama.store.graph import GraphStore
-from services.runtime.records import BatchResult, Failure, Outgoing, Record
+from services.runtime.records import (
+    BatchResult,
+    Outgoing,
+    Record,
+    decoded,
+    forgetting_not_wired,
+)
 
 
 @dataclass
@@ -82,17 +88,12 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
     request splits the batch: the turns before it are stored first, then its cut is taken."""
     result = BatchResult()
     turns: list[tuple[Record, TurnReceived]] = []
-    for record in batch:
-        try:
-            event = validate_turn(record, deps.settings)
-        except ValidationError as exc:
-            result.failed.append(Failure(record, exc.reason, str(exc)))
-            continue
+    for record, event in decoded(batch, result, lambda r: validate_turn(r, deps.settings)):
         if isinstance(event, ForgetRequested):
             await _store(turns, deps, result)
             turns = []
             if deps.forgetting is None:
-                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                result.failed.append(forgetting_not_wired(record))
                 continue
             await deps.forgetting.at_ingest(event)
             result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))

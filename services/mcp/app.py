@@ -40,7 +40,8 @@ from gaama.metrics import McpMetrics
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX
 from services.mcp import handlers as h
 from services.mcp.settings import McpSettings
-from services.runtime.auth import Authenticator, AuthError, api_key_from_headers, metrics_allowed
+from services.runtime.auth import Authenticator, AuthError, api_key_from_headers
+from services.runtime.http import metrics_refused
 
 log = logging.getLogger("gaama.mcp")
 
@@ -505,12 +506,8 @@ def create_http_app(
         return JSONResponse({"status": "ready"})
 
     async def metrics(request: Request) -> Response:
-        if not metrics_allowed(request.headers, settings):
-            return JSONResponse(
-                {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        if (refused := metrics_refused(request, settings)) is not None:
+            return refused
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
     @contextlib.asynccontextmanager

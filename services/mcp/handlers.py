@@ -176,22 +176,6 @@ class Neighbour(BaseModel):
     weight: float
 
 
-class MemoryNode(BaseModel):
-    id: str
-    kind: str
-    text: str
-    time: float
-    date: str
-    conversation: str
-    subject: str
-    turn_id: str
-    speaker: str
-    belief: float
-    sources: list[str] = Field(description="Episode ids a fact or reflection came from")
-    neighbours: list[Neighbour]
-    neighbours_total: int
-
-
 class ListedMemory(BaseModel):
     id: str
     kind: str
@@ -202,6 +186,15 @@ class ListedMemory(BaseModel):
     subject: str
     turn_id: str
     speaker: str
+
+
+class MemoryNode(ListedMemory):
+    """A listed memory in full: with its belief, sources and neighbours."""
+
+    belief: float
+    sources: list[str] = Field(description="Episode ids a fact or reflection came from")
+    neighbours: list[Neighbour]
+    neighbours_total: int
 
 
 class ListResult(BaseModel):

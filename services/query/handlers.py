@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -19,6 +19,7 @@ from gaama.config import Settings
 from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
+from gaama.model import Node
 from gaama.retrieval.limits import check_request
 from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
@@ -234,16 +235,28 @@ async def _retrieve(
     return result
 
 
+class _Packed(TypedDict):
+    """What search and answer both return: the packed memory and how it was made."""
+
+    memory: list[ItemOut]
+    words: int
+    mode: str
+    stats: Stats
+
+
+def _packed(r: SearchResult) -> _Packed:
+    return {
+        "memory": [_item(i) for i in r.memory],
+        "words": r.words,
+        "mode": r.mode,
+        "stats": _stats(r),
+    }
+
+
 async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> SearchResponse:
     """Packed memory and the top-k ranking for ``req.query`` in ``tenant``'s graph."""
     r = await _retrieve(req, req.query, req.k, tenant, deps)
-    return SearchResponse(
-        memory=[_item(i) for i in r.memory],
-        ranked=[_item(i) for i in r.ranked],
-        words=r.words,
-        mode=r.mode,
-        stats=_stats(r),
-    )
+    return SearchResponse(ranked=[_item(i) for i in r.ranked], **_packed(r))
 
 
 async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> AnswerResponse:
@@ -255,13 +268,7 @@ async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> Ans
     answerer = deps.answerer()  # before retrieval: fail fast when there is no LLM
     r = await _retrieve(req, req.question, 1, tenant, deps)
     text = await answerer.answer(req.question, r.memory_text)
-    return AnswerResponse(
-        answer=text,
-        memory=[_item(i) for i in r.memory],
-        words=r.words,
-        mode=r.mode,
-        stats=_stats(r),
-    )
+    return AnswerResponse(answer=text, **_packed(r))
 
 
 async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeResponse:
@@ -273,12 +280,11 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
     nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
     node = nodes.get(node_id)
     if node is not None and (hidden := await deps.hidden(tenant)):
-        sources = [s for s in node.extra.get("sources", "").split(",") if s]
         item = Item(
             id=node.id,
             kind=node.kind,
             conversation=node.conversation,
-            provenance=[Provenance(s, "") for s in sources],
+            provenance=[Provenance(s, "") for s in _sources(node)],
         )
         if not await visible(deps.graph, tenant, hidden, [item]):
             node = None  # a pending forget covers it: as if it were gone already
@@ -306,10 +312,15 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
         turn_id=node.turn_id,
         speaker=node.speaker,
         belief=node.belief,
-        sources=[s for s in node.extra.get("sources", "").split(",") if s],
+        sources=_sources(node),
         neighbours=neighbours,
         neighbours_total=len(adjacency),
     )
+
+
+def _sources(node: Node) -> list[str]:
+    """The episode ids a fact or reflection was derived from."""
+    return [s for s in node.extra.get("sources", "").split(",") if s]
 
 
 def _kind_label(node_id: str) -> str:

@@ -5,38 +5,31 @@ from __future__ import annotations
 from functools import partial
 
 import faust
-from prometheus_client import CollectorRegistry
 
-from gaama.config import Settings
 from gaama.events import TOPIC_FACTS
 from gaama.extract.reflection import ReflectionPipeline
-from gaama.forgetting import Forgetting
-from gaama.metrics import ForgetMetrics, StageMetrics
+from gaama.metrics import forget_metrics
 from services.reflect.handlers import handle
-from services.runtime.worker import Publisher, ReadyCheck, add_ops_pages, consume, make_app
+from services.runtime.bootstrap import Service
+from services.runtime.worker import add_ops_pages, stage_app
 
 
-def build_app(
-    settings: Settings,
-    pipeline: ReflectionPipeline,
-    registry: CollectorRegistry,
-    metrics: StageMetrics,
-    ready: ReadyCheck,
-    forgetting: Forgetting | None = None,
-    forget_metrics: ForgetMetrics | None = None,
-) -> faust.App:
-    app = make_app("reflect", settings, settings.reflect_port)
-    publisher = Publisher(app, settings, "reflect")
-    consume(
-        app,
-        service="reflect",
-        source_base=TOPIC_FACTS,
-        settings=settings,
-        handler=partial(handle, pipeline=pipeline, forgetting=forgetting, metrics=forget_metrics),
-        metrics=metrics,
-        publisher=publisher,
-        batch_size=settings.reflect_batch,
-        window_s=0.2,
+def build_app(svc: Service, pipeline: ReflectionPipeline) -> faust.App:
+    settings = svc.settings
+    handler = partial(
+        handle,
+        pipeline=pipeline,
+        forgetting=svc.stores.forgetting(settings),
+        metrics=forget_metrics("reflect", svc.registry),
     )
-    add_ops_pages(app, registry, ready, settings)
+    app, _publisher = stage_app(
+        "reflect",
+        settings,
+        port=settings.reflect_port,
+        source_base=TOPIC_FACTS,
+        handler=handler,
+        metrics=svc.metrics,
+        batch_size=settings.reflect_batch,
+    )
+    add_ops_pages(app, svc.registry, svc.stores.ready, settings)
     return app

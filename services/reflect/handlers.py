@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import time
 
-from gaama.errors import ValidationError
 from gaama.events import FactsExtracted, ForgetRequested, decode_keyed
 from gaama.extract.reflection import ReflectionPipeline
 from gaama.forgetting import Forgetting
 from gaama.metrics import ForgetMetrics
-from services.runtime.records import BatchResult, Failure, Record
+from services.runtime.records import BatchResult, Record, decoded, forgetting_not_wired
+
+
+def _decode(record: Record) -> FactsExtracted | ForgetRequested:
+    return decode_keyed(FactsExtracted, record.key, record.value)
 
 
 async def handle(
@@ -25,15 +28,10 @@ async def handle(
     metrics: ForgetMetrics | None = None,
 ) -> BatchResult:
     result = BatchResult()
-    for record in batch:
-        try:
-            ev = decode_keyed(FactsExtracted, record.key, record.value)
-        except ValidationError as exc:
-            result.failed.append(Failure(record, exc.reason, str(exc)))
-            continue
+    for record, ev in decoded(batch, result, _decode):
         if isinstance(ev, ForgetRequested):
             if forgetting is None:
-                result.failed.append(Failure(record, "unsupported", "forgetting is not wired"))
+                result.failed.append(forgetting_not_wired(record))
                 continue
             started = time.perf_counter()
             removed = await forgetting.at_last_stage(ev)

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import faust
 import redis.asyncio as aioredis
+from prometheus_client import CollectorRegistry
 
-from gaama.config import Settings
-from gaama.errors import GaamaError
+from gaama.config import Settings, load_settings
+from gaama.embed import Embedder, build_embedder
+from gaama.errors import ConfigError, GaamaError
 from gaama.forgetting import Forgetting
+from gaama.metrics import StageMetrics, embed_metrics, stage_metrics
 from gaama.store import connect
 from gaama.store.chunks import ChunkStore
 from gaama.store.durability import Durability
@@ -87,3 +91,37 @@ def run_worker(app: faust.App, stores: Stores, warm: Callable[[], None] | None =
         log.error("stopped: %s", exc)
         return 2
     return 0
+
+
+@dataclass(frozen=True)
+class Service:
+    """What every consumer stage starts with: its settings, metrics registry and stage metrics,
+    the embedder, and the stores."""
+
+    name: str
+    settings: Settings
+    registry: CollectorRegistry
+    metrics: StageMetrics
+    embedder: Embedder
+    stores: Stores
+
+
+def serve(
+    name: str,
+    wire: Callable[[Service], faust.App],
+    tasks: Sequence[str] = ("consumer_lag",),
+) -> int:
+    """Start the stage ``name``: logging, settings (a bad one: the message and exit code 2),
+    metrics, embedder and stores; ``wire`` builds the faust app from them, which then runs."""
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    try:
+        settings = load_settings()
+    except ConfigError as exc:
+        print(f"{name}: {exc}", file=sys.stderr)  # noqa: T201
+        return 2
+    registry = CollectorRegistry()
+    metrics = stage_metrics(name, registry, tasks=tasks)
+    embedder = build_embedder(settings, embed_metrics(name, registry))
+    stores = connect_stores(settings, embedder.dim)
+    app = wire(Service(name, settings, registry, metrics, embedder, stores))
+    return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))

@@ -179,6 +179,17 @@ class BodyLimit:
 # --- ops routes -----------------------------------------------------------------------------
 
 
+def metrics_refused(request: Request, settings: Settings) -> Response | None:
+    """None when the request may read /metrics (``metrics_allowed``); else the 401 answer."""
+    if metrics_allowed(request.headers, settings):
+        return None
+    return JSONResponse(
+        {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
+        401,
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
 def add_ops_routes(
     app: FastAPI,
     registry: CollectorRegistry,
@@ -195,12 +206,8 @@ def add_ops_routes(
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
-        if not metrics_allowed(request.headers, settings):
-            return JSONResponse(
-                {"error": "/metrics needs 'Authorization: Bearer <GAAMA_METRICS_TOKEN>'"},
-                401,
-                headers={"WWW-Authenticate": "Bearer"},
-            )
+        if (refused := metrics_refused(request, settings)) is not None:
+            return refused
         if before_scrape is not None:
             await before_scrape()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
+from gaama.errors import ValidationError
 from gaama.events import Event
+
+E = TypeVar("E")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,3 +53,22 @@ class BatchResult:
         self.out += other.out
         self.failed += other.failed
         self.stored.update(other.stored)
+
+
+def decoded(
+    batch: list[Record], result: BatchResult, decode: Callable[[Record], E]
+) -> Iterator[tuple[Record, E]]:
+    """The batch's records, in order, with their decoded events; a record ``decode`` rejects
+    (ValidationError) goes to ``result.failed`` with the reason and is skipped."""
+    for record in batch:
+        try:
+            event = decode(record)
+        except ValidationError as exc:
+            result.failed.append(Failure(record, exc.reason, str(exc)))
+            continue
+        yield record, event
+
+
+def forgetting_not_wired(record: Record) -> Failure:
+    """A forget request reached a stage built without forgetting."""
+    return Failure(record, "unsupported", "forgetting is not wired")

@@ -40,7 +40,7 @@ from services.runtime.records import BatchResult, Record
 
 log = logging.getLogger("gaama.runtime")
 
-__all__ = ["ReadyCheck", "add_ops_pages", "consume", "make_app", "serve_http"]
+__all__ = ["ReadyCheck", "add_ops_pages", "consume", "make_app", "serve_http", "stage_app"]
 
 #: Largest request head (line + headers) buffered before a request is refused: big enough that an
 #: oversized API key reaches the app and gets a clear 401 instead of a parser error.
@@ -200,6 +200,35 @@ def consume(
 
     app.timer(interval=settings.lag_interval_s, name=f"{service}.consumer_lag")(consumer_lag)
     return lag
+
+
+def stage_app(
+    service: str,
+    settings: Settings,
+    *,
+    port: int,
+    source_base: str,
+    handler: Handler,
+    metrics: StageMetrics,
+    batch_size: int,
+    window_s: float = 0.2,
+) -> tuple[faust.App, Publisher]:
+    """A stage's faust app (``make_app``) consuming ``source_base`` with ``handler``
+    (``consume``), and the publisher its handler output and timers go through."""
+    app = make_app(service, settings, port)
+    publisher = Publisher(app, settings, service)
+    consume(
+        app,
+        service=service,
+        source_base=source_base,
+        settings=settings,
+        handler=handler,
+        metrics=metrics,
+        publisher=publisher,
+        batch_size=batch_size,
+        window_s=window_s,
+    )
+    return app, publisher
 
 
 def _durability(settings: Settings) -> Durability:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote
 
@@ -126,6 +127,103 @@ def _request_id(resp: httpx.Response) -> str:
     return str(_json(resp)["request_id"])
 
 
+def _episode_ids(resp: httpx.Response) -> list[str]:
+    return list(_json(resp).get("episode_ids", []))
+
+
+def _json_list(resp: httpx.Response) -> list[JSON]:
+    _raise_for_status(resp)
+    return list(resp.json())
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One call, built once for both clients: what each sends through its own httpx client."""
+
+    method: str
+    url: str
+    json: JSON | None = None
+    params: Mapping[str, str | int] | None = None
+    headers: Mapping[str, str] | None = None
+
+
+def _search(
+    query: str,
+    mode: Mode,
+    budget: int | None,
+    k: int,
+    subject: str | None,
+    conversation: str | None,
+    params: Mapping[str, float] | None,
+) -> _Request:
+    body = _retrieval_body(mode, budget, subject, conversation, params)
+    return _Request("POST", "/v1/search", json={"query": query, "k": k, **body})
+
+
+def _answer(
+    question: str,
+    mode: Mode,
+    budget: int | None,
+    subject: str | None,
+    conversation: str | None,
+    params: Mapping[str, float] | None,
+) -> _Request:
+    body = _retrieval_body(mode, budget, subject, conversation, params)
+    return _Request("POST", "/v1/answer", json={"question": question, **body})
+
+
+def _node(node_id: str) -> _Request:
+    return _Request("GET", f"/v1/nodes/{node_id}")
+
+
+def _add_turns(
+    ingest_url: str | None, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]
+) -> _Request:
+    if not ingest_url:
+        raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
+    return _Request("POST", f"{ingest_url}/v1/turns", json=_turns_body(turns))
+
+
+def _forget_tenant(admin_key: str) -> _Request:
+    return _Request("DELETE", "/v1/tenant", headers={"X-Admin-Key": admin_key})
+
+
+def _memories(
+    conversation: str | None,
+    subject: str | None,
+    kind: MemoryKind | None,
+    cursor: str | None,
+    limit: int,
+) -> _Request:
+    params = _memories_params(conversation, subject, kind, cursor, limit)
+    return _Request("GET", "/v1/memories", params=params)
+
+
+def _forget_conversation(conversation: str) -> _Request:
+    return _Request("DELETE", f"/v1/conversations/{_segment(conversation)}")
+
+
+def _forget_subject(subject: str) -> _Request:
+    return _Request("DELETE", f"/v1/subjects/{_segment(subject)}")
+
+
+def _forget_status(request_id: str) -> _Request:
+    return _Request("GET", f"/v1/forget/{_segment(request_id)}")
+
+
+def _export(subject: str) -> _Request:
+    return _Request("GET", "/v1/export", params={"subject": subject})
+
+
+def _audit(limit: int) -> _Request:
+    return _Request("GET", "/v1/audit", params={"limit": limit})
+
+
+def _export_line(line: str) -> JSON | None:
+    """One line of the export stream: a node or an edge, or None for a blank line."""
+    return json.loads(line) if line.strip() else None
+
+
 class GaamaClient:
     """Blocking client.
 
@@ -151,6 +249,11 @@ class GaamaClient:
             base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
 
+    def _send(self, req: _Request) -> httpx.Response:
+        return self._http.request(
+            req.method, req.url, json=req.json, params=req.params, headers=req.headers
+        )
+
     def search(
         self,
         query: str,
@@ -163,8 +266,7 @@ class GaamaClient:
         params: Mapping[str, float] | None = None,
     ) -> JSON:
         """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
-        body = _retrieval_body(mode, budget, subject, conversation, params)
-        return _json(self._http.post("/v1/search", json={"query": query, "k": k, **body}))
+        return _json(self._send(_search(query, mode, budget, k, subject, conversation, params)))
 
     def answer(
         self,
@@ -177,24 +279,19 @@ class GaamaClient:
         params: Mapping[str, float] | None = None,
     ) -> JSON:
         """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
-        body = _retrieval_body(mode, budget, subject, conversation, params)
-        return _json(self._http.post("/v1/answer", json={"question": question, **body}))
+        return _json(self._send(_answer(question, mode, budget, subject, conversation, params)))
 
     def node(self, node_id: str) -> JSON:
         """``GET /v1/nodes/{id}``: the node with its neighbours."""
-        return _json(self._http.get(f"/v1/nodes/{node_id}"))
+        return _json(self._send(_node(node_id)))
 
     def add_turns(self, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[str]:
         """``POST {ingest_url}/v1/turns``; returns the episode ids of the accepted turns."""
-        if not self.ingest_url:
-            raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
-        resp = self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
-        return list(_json(resp).get("episode_ids", []))
+        return _episode_ids(self._send(_add_turns(self.ingest_url, turns)))
 
     def forget_tenant(self, admin_key: str) -> str:
         """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
-        resp = self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
-        return str(_json(resp)["request_id"])
+        return _request_id(self._send(_forget_tenant(admin_key)))
 
     def memories(
         self,
@@ -207,37 +304,35 @@ class GaamaClient:
     ) -> JSON:
         """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
         as ``cursor`` for the next page (``None`` when there is none)."""
-        params = _memories_params(conversation, subject, kind, cursor, limit)
-        return _json(self._http.get("/v1/memories", params=params))
+        return _json(self._send(_memories(conversation, subject, kind, cursor, limit)))
 
     def forget_conversation(self, conversation: str) -> str:
         """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
         in the background; returns the request id for :meth:`forget_status`."""
-        return _request_id(self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+        return _request_id(self._send(_forget_conversation(conversation)))
 
     def forget_subject(self, subject: str) -> str:
         """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
-        return _request_id(self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+        return _request_id(self._send(_forget_subject(subject)))
 
     def forget_status(self, request_id: str) -> JSON:
         """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
-        return _json(self._http.get(f"/v1/forget/{_segment(request_id)}"))
+        return _json(self._send(_forget_status(request_id)))
 
     def export(self, subject: str) -> Iterator[JSON]:
         """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
-        with self._http.stream("GET", "/v1/export", params={"subject": subject}) as resp:
+        req = _export(subject)
+        with self._http.stream(req.method, req.url, params=req.params) as resp:
             if resp.status_code >= 400:
                 resp.read()
                 _raise_for_status(resp)
             for line in resp.iter_lines():
-                if line.strip():
-                    yield json.loads(line)
+                if (item := _export_line(line)) is not None:
+                    yield item
 
     def audit(self, limit: int = 100) -> list[JSON]:
         """``GET /v1/audit``: the tenant's forget audit log, newest first."""
-        resp = self._http.get("/v1/audit", params={"limit": limit})
-        _raise_for_status(resp)
-        return list(resp.json())
+        return _json_list(self._send(_audit(limit)))
 
     def close(self) -> None:
         self._http.close()
@@ -266,6 +361,11 @@ class AsyncGaamaClient:
             base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
         )
 
+    async def _send(self, req: _Request) -> httpx.Response:
+        return await self._http.request(
+            req.method, req.url, json=req.json, params=req.params, headers=req.headers
+        )
+
     async def search(
         self,
         query: str,
@@ -278,8 +378,9 @@ class AsyncGaamaClient:
         params: Mapping[str, float] | None = None,
     ) -> JSON:
         """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
-        body = _retrieval_body(mode, budget, subject, conversation, params)
-        return _json(await self._http.post("/v1/search", json={"query": query, "k": k, **body}))
+        return _json(
+            await self._send(_search(query, mode, budget, k, subject, conversation, params))
+        )
 
     async def answer(
         self,
@@ -292,24 +393,21 @@ class AsyncGaamaClient:
         params: Mapping[str, float] | None = None,
     ) -> JSON:
         """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
-        body = _retrieval_body(mode, budget, subject, conversation, params)
-        return _json(await self._http.post("/v1/answer", json={"question": question, **body}))
+        return _json(
+            await self._send(_answer(question, mode, budget, subject, conversation, params))
+        )
 
     async def node(self, node_id: str) -> JSON:
         """``GET /v1/nodes/{id}``: the node with its neighbours."""
-        return _json(await self._http.get(f"/v1/nodes/{node_id}"))
+        return _json(await self._send(_node(node_id)))
 
     async def add_turns(self, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[str]:
         """``POST {ingest_url}/v1/turns``; returns the episode ids of the accepted turns."""
-        if not self.ingest_url:
-            raise GaamaError("add_turns needs the ingest service's URL (ingest_url=...)")
-        resp = await self._http.post(f"{self.ingest_url}/v1/turns", json=_turns_body(turns))
-        return list(_json(resp).get("episode_ids", []))
+        return _episode_ids(await self._send(_add_turns(self.ingest_url, turns)))
 
     async def forget_tenant(self, admin_key: str) -> str:
         """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
-        resp = await self._http.delete("/v1/tenant", headers={"X-Admin-Key": admin_key})
-        return str(_json(resp)["request_id"])
+        return _request_id(await self._send(_forget_tenant(admin_key)))
 
     async def memories(
         self,
@@ -322,37 +420,35 @@ class AsyncGaamaClient:
     ) -> JSON:
         """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
         as ``cursor`` for the next page (``None`` when there is none)."""
-        params = _memories_params(conversation, subject, kind, cursor, limit)
-        return _json(await self._http.get("/v1/memories", params=params))
+        return _json(await self._send(_memories(conversation, subject, kind, cursor, limit)))
 
     async def forget_conversation(self, conversation: str) -> str:
         """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
         in the background; returns the request id for :meth:`forget_status`."""
-        return _request_id(await self._http.delete(f"/v1/conversations/{_segment(conversation)}"))
+        return _request_id(await self._send(_forget_conversation(conversation)))
 
     async def forget_subject(self, subject: str) -> str:
         """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
-        return _request_id(await self._http.delete(f"/v1/subjects/{_segment(subject)}"))
+        return _request_id(await self._send(_forget_subject(subject)))
 
     async def forget_status(self, request_id: str) -> JSON:
         """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
-        return _json(await self._http.get(f"/v1/forget/{_segment(request_id)}"))
+        return _json(await self._send(_forget_status(request_id)))
 
     async def export(self, subject: str) -> AsyncIterator[JSON]:
         """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
-        async with self._http.stream("GET", "/v1/export", params={"subject": subject}) as resp:
+        req = _export(subject)
+        async with self._http.stream(req.method, req.url, params=req.params) as resp:
             if resp.status_code >= 400:
                 await resp.aread()
                 _raise_for_status(resp)
             async for line in resp.aiter_lines():
-                if line.strip():
-                    yield json.loads(line)
+                if (item := _export_line(line)) is not None:
+                    yield item
 
     async def audit(self, limit: int = 100) -> list[JSON]:
         """``GET /v1/audit``: the tenant's forget audit log, newest first."""
-        resp = await self._http.get("/v1/audit", params={"limit": limit})
-        _raise_for_status(resp)
-        return list(resp.json())
+        return _json_list(await self._send(_audit(limit)))
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from typing import Any
 
 from gaama.errors import LLMOutputError
@@ -55,6 +56,20 @@ class LLMExtractor:
         self.client = client
         self.name: str = client.model
 
+    def _ask(
+        self, stage: str, schema: dict[str, Any], schema_name: str, **values: str
+    ) -> Coroutine[Any, Any, dict[str, Any]]:
+        """The model's JSON answer to the prompt template ``stage`` filled with ``values``
+        (rendered now, asked when awaited)."""
+        prompt = prompts.render(stage, **values)
+        return self.client.complete_json(
+            stage=stage,
+            system=prompt.system,
+            user=prompt.user,
+            schema=schema,
+            schema_name=schema_name,
+        )
+
     async def extract(
         self, chunk: list[EpisodeView], context: ExtractionContext
     ) -> ExtractionResult:
@@ -66,19 +81,14 @@ class LLMExtractor:
         """
         if not chunk:
             return ExtractionResult(facts=[], episode_concepts={}, extractor=self.name)
-        prompt = prompts.render(
+        answer = await self._ask(
             "extract",
+            EXTRACTION_SCHEMA,
+            "gaama_extraction",
             chunk=_episode_lines(chunk, "episode_id"),
             context_episodes=_episode_lines(context.episodes, "older_episode"),
             context_facts=_fact_lines(context.facts),
             context_concepts=", ".join(context.concepts) or "(none yet)",
-        )
-        answer = await self.client.complete_json(
-            stage="extract",
-            system=prompt.system,
-            user=prompt.user,
-            schema=EXTRACTION_SCHEMA,
-            schema_name="gaama_extraction",
         )
         return validate_extraction(answer, chunk, self.name)
 
@@ -88,17 +98,12 @@ class LLMExtractor:
         """Insights combining at least two of ``facts``; none repeats ``existing``."""
         if len(facts) < 2:
             return []  # nothing to combine: spare the call
-        prompt = prompts.render(
+        answer = await self._ask(
             "reflect",
+            REFLECTION_SCHEMA,
+            "gaama_reflection",
             facts=_fact_lines(facts),
             existing="\n".join(f"- {one_line(t)}" for t in existing) or "(none)",
-        )
-        answer = await self.client.complete_json(
-            stage="reflect",
-            system=prompt.system,
-            user=prompt.user,
-            schema=REFLECTION_SCHEMA,
-            schema_name="gaama_reflection",
         )
         return validate_reflections(answer, facts, existing)
 
@@ -108,13 +113,12 @@ class LLMExtractor:
         Raises:
             LLMOutputError: the answer has no string ``answer``.
         """
-        prompt = prompts.render("answer", question=question, memory=memory_text or "(empty)")
-        out = await self.client.complete_json(
-            stage="answer",
-            system=prompt.system,
-            user=prompt.user,
-            schema=ANSWER_SCHEMA,
-            schema_name="gaama_answer",
+        out = await self._ask(
+            "answer",
+            ANSWER_SCHEMA,
+            "gaama_answer",
+            question=question,
+            memory=memory_text or "(empty)",
         )
         text = out.get("answer")
         if not isinstance(text, str):
@@ -131,23 +135,9 @@ class LLMExtractor:
             LLMOutputError: either judge answer is unusable.
         """
         values = {"question": question, "reference": reference, "candidate": candidate}
-        reward_p = prompts.render("judge_reward", **values)
-        binary_p = prompts.render("judge_binary", **values)
         reward_out, binary_out = await asyncio.gather(
-            self.client.complete_json(
-                stage="judge_reward",
-                system=reward_p.system,
-                user=reward_p.user,
-                schema=JUDGE_REWARD_SCHEMA,
-                schema_name="gaama_judge_reward",
-            ),
-            self.client.complete_json(
-                stage="judge_binary",
-                system=binary_p.system,
-                user=binary_p.user,
-                schema=JUDGE_BINARY_SCHEMA,
-                schema_name="gaama_judge_binary",
-            ),
+            self._ask("judge_reward", JUDGE_REWARD_SCHEMA, "gaama_judge_reward", **values),
+            self._ask("judge_binary", JUDGE_BINARY_SCHEMA, "gaama_judge_binary", **values),
         )
         return _reward(reward_out), _binary(binary_out)
 

@@ -36,95 +36,52 @@ GENERIC_LABELS = frozenset(
     }
 )  # fmt: skip
 
-_STR_LIST: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
+_STR: dict[str, Any] = {"type": "string"}
+_STR_LIST: dict[str, Any] = {"type": "array", "items": _STR}
 
-EXTRACTION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["facts", "episodes"],
-    "properties": {
-        "facts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["text", "belief", "source_episode_ids", "subject", "concepts"],
-                "properties": {
-                    "text": {"type": "string"},
-                    "belief": {"type": "number"},
-                    "source_episode_ids": _STR_LIST,
-                    "subject": {"type": "string"},
-                    "concepts": _STR_LIST,
-                },
-            },
-        },
-        "episodes": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["episode_id", "concepts"],
-                "properties": {"episode_id": {"type": "string"}, "concepts": _STR_LIST},
-            },
-        },
-    },
-}
 
-REFLECTION_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["reflections"],
-    "properties": {
-        "reflections": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["text", "fact_ids", "subject"],
-                "properties": {
-                    "text": {"type": "string"},
-                    "fact_ids": _STR_LIST,
-                    "subject": {"type": "string"},
-                },
-            },
-        }
-    },
-}
+def _record(**properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON object schema whose properties are all required and the only ones allowed."""
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": list(properties),
+        "properties": properties,
+    }
 
-ANSWER_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["answer"],
-    "properties": {"answer": {"type": "string"}},
-}
 
-JUDGE_REWARD_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["key_facts", "score"],
-    "properties": {
-        "key_facts": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "additionalProperties": False,
-                "required": ["fact", "present"],
-                "properties": {"fact": {"type": "string"}, "present": {"type": "boolean"}},
-            },
-        },
-        "score": {"type": "number"},
-    },
-}
+def _list_of(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
 
-JUDGE_BINARY_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "additionalProperties": False,
-    "required": ["reasoning", "label"],
-    "properties": {
-        "reasoning": {"type": "string"},
-        "label": {"type": "string", "enum": ["CORRECT", "WRONG"]},
-    },
-}
+
+EXTRACTION_SCHEMA: dict[str, Any] = _record(
+    facts=_list_of(
+        _record(
+            text=_STR,
+            belief={"type": "number"},
+            source_episode_ids=_STR_LIST,
+            subject=_STR,
+            concepts=_STR_LIST,
+        )
+    ),
+    episodes=_list_of(_record(episode_id=_STR, concepts=_STR_LIST)),
+)
+
+REFLECTION_SCHEMA: dict[str, Any] = _record(
+    reflections=_list_of(_record(text=_STR, fact_ids=_STR_LIST, subject=_STR))
+)
+
+ANSWER_SCHEMA: dict[str, Any] = _record(answer=_STR)
+
+JUDGE_REWARD_SCHEMA: dict[str, Any] = _record(
+    key_facts=_list_of(_record(fact=_STR, present={"type": "boolean"})),
+    score={"type": "number"},
+)
+
+JUDGE_BINARY_SCHEMA: dict[str, Any] = _record(
+    reasoning=_STR,
+    label={"type": "string", "enum": ["CORRECT", "WRONG"]},
+)
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])")
 _NON_LABEL = re.compile(r"[^a-z0-9]+")
