@@ -100,6 +100,9 @@ async def test_keys_rotate_without_restart(
                     )
                 await asyncio.sleep(0.02)
 
+        # Before the rotation, checked directly (the traffic task may start late on a busy box).
+        assert (await c.post("/v1/search", headers=old, json=body)).status_code == 200
+        assert (await c.post("/v1/search", headers=new, json=body)).status_code == 401
         task = asyncio.create_task(traffic())
         await asyncio.sleep(0.3)
         publish(("old-key", "tenant-a", False), ("new-key", "tenant-a", False))
@@ -114,9 +117,9 @@ async def test_keys_rotate_without_restart(
         assert both == 200
         assert (await c.post("/v1/search", headers=old, json=body)).status_code == 403
         assert (await c.post("/v1/search", headers=new, json=body)).status_code == 200
-    assert set(codes["old"]) <= {200, 403} and codes["old"][0] == 200
-    assert codes["new"][0] == 401 and codes["new"][-1] == 200
-    assert set(codes["new"]) <= {200, 401}
+    # While requests flowed, every answer was one a key in force at that moment gives.
+    assert set(codes["old"]) <= {200, 403} and set(codes["new"]) <= {200, 401}
+    assert codes["new"] and codes["new"][-1] == 200
 
 
 def test_a_bad_key_file_fails_at_start_up(tmp_path: Path, settings: Settings) -> None:
