@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from benchmarks import embed, fairness, forget, ingest, locomo, query
-from gaama.cli import stop_on_sigterm
-from gaama.errors import GaamaError
+from gaama.cli import run
 
 PROG = "python -m benchmarks"
 
@@ -22,12 +20,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    stop_on_sigterm()
-    try:
-        return int(args.func(args))
-    except GaamaError as exc:
-        print(f"{PROG}: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        return 130
+    return run(build_parser(), argv, PROG)

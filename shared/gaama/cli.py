@@ -136,16 +136,22 @@ def stop_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def run(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> int:
+    """Parse ``argv`` and run the chosen sub-command: a ``GaamaError`` is a one-line message and
+    exit 2, Ctrl-C or SIGTERM exit 130 after ``finally`` blocks ran."""
+    args = parser.parse_args(argv)
     stop_on_sigterm()
     try:
         return int(args.func(args))
     except GaamaError as exc:
-        print(f"gaama: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def main(argv: list[str] | None = None) -> int:
+    return run(build_parser(), argv, "gaama")
 
 
 if __name__ == "__main__":
