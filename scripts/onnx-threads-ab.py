@@ -56,7 +56,7 @@ def main() -> None:
         out.append(f"onnx 2t no spin: {measure(OnnxMiniLMEmbedder(threads=2, spin=False))}")
         with open("/proc/loadavg") as f:
             load = f.read().split()[0]
-        print(f"round {r + 1} (load {load}): " + " | ".join(out))  # noqa: T201
+        print(f"round {r + 1} (load {load}): " + " | ".join(out))
 
 
 if __name__ == "__main__":
