@@ -19,7 +19,7 @@ import contextlib
 import json
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypedDict, TypeVar, Unpack
 from urllib.parse import quote
 
 import httpx
@@ -30,6 +30,42 @@ Mode = Literal["gaama", "semantic", "ppr"]
 MemoryKind = Literal["episode", "fact", "reflection", "concept"]
 JSON = dict[str, Any]
 _RETRYABLE = frozenset({408, 429, 502, 503, 504})
+_Transport = TypeVar("_Transport")
+
+
+class RetrievalOptions(TypedDict, total=False):
+    """Keyword options of ``answer`` and ``search``; the server's defaults fill what is left out.
+
+    Keys:
+        mode: ``gaama`` (default), ``semantic`` or ``ppr``.
+        budget: Word budget of the packed memory.
+        subject: Only memory about this subject.
+        conversation: Only memory from this conversation.
+        params: Per-request retrieval parameters (``alpha``, ...).
+    """
+
+    mode: Mode
+    budget: int | None
+    subject: str | None
+    conversation: str | None
+    params: Mapping[str, float] | None
+
+
+class SearchOptions(RetrievalOptions, total=False):
+    """:class:`RetrievalOptions` and ``k``, the number of ranked items (default 20)."""
+
+    k: int
+
+
+class MemoriesOptions(TypedDict, total=False):
+    """Filters and paging of ``memories``: ``conversation``, ``subject``, ``kind``, ``cursor``
+    (the previous page's ``next_cursor``) and ``limit`` (default 50)."""
+
+    conversation: str | None
+    subject: str | None
+    kind: MemoryKind | None
+    cursor: str | None
+    limit: int
 
 
 class GaamaAPIError(GaamaError):
@@ -75,20 +111,14 @@ def _headers(api_key: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}", "Accept": "application/json"}
 
 
-def _retrieval_body(
-    mode: Mode,
-    budget: int | None,
-    subject: str | None,
-    conversation: str | None,
-    params: Mapping[str, float] | None,
-) -> JSON:
-    body: JSON = {"mode": mode}
-    if budget is not None:
+def _retrieval_body(options: RetrievalOptions) -> JSON:
+    body: JSON = {"mode": options.get("mode", "gaama")}
+    if (budget := options.get("budget")) is not None:
         body["budget"] = budget
-    scope = {k: v for k, v in (("subject", subject), ("conversation", conversation)) if v}
+    scope = {k: v for k in ("subject", "conversation") if (v := options.get(k))}
     if scope:
         body["scope"] = scope
-    if params:
+    if params := options.get("params"):
         body["params"] = dict(params)
     return body
 
@@ -99,21 +129,11 @@ def _turns_body(turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> JSON:
     return {"turns": [dict(t) for t in turns]}
 
 
-def _memories_params(
-    conversation: str | None,
-    subject: str | None,
-    kind: MemoryKind | None,
-    cursor: str | None,
-    limit: int,
-) -> dict[str, str | int]:
-    params: dict[str, str | int] = {"limit": limit}
-    for name, value in (
-        ("conversation", conversation),
-        ("subject", subject),
-        ("kind", kind),
-        ("cursor", cursor),
-    ):
-        if value is not None:
+def _memories_params(options: MemoriesOptions) -> dict[str, str | int]:
+    params: dict[str, str | int] = {"limit": options.get("limit", 50)}
+    for name in ("conversation", "subject", "kind", "cursor"):
+        value = options.get(name)
+        if isinstance(value, str):
             params[name] = value
     return params
 
@@ -147,29 +167,14 @@ class _Request:
     headers: Mapping[str, str] | None = None
 
 
-def _search(
-    query: str,
-    mode: Mode,
-    budget: int | None,
-    k: int,
-    subject: str | None,
-    conversation: str | None,
-    params: Mapping[str, float] | None,
-) -> _Request:
-    body = _retrieval_body(mode, budget, subject, conversation, params)
-    return _Request("POST", "/v1/search", json={"query": query, "k": k, **body})
+def _search(query: str, options: SearchOptions) -> _Request:
+    body = {"query": query, "k": options.get("k", 20), **_retrieval_body(options)}
+    return _Request("POST", "/v1/search", json=body)
 
 
-def _answer(
-    question: str,
-    mode: Mode,
-    budget: int | None,
-    subject: str | None,
-    conversation: str | None,
-    params: Mapping[str, float] | None,
-) -> _Request:
-    body = _retrieval_body(mode, budget, subject, conversation, params)
-    return _Request("POST", "/v1/answer", json={"question": question, **body})
+def _answer(question: str, options: RetrievalOptions) -> _Request:
+    body = {"question": question, **_retrieval_body(options)}
+    return _Request("POST", "/v1/answer", json=body)
 
 
 def _node(node_id: str) -> _Request:
@@ -188,15 +193,8 @@ def _forget_tenant(admin_key: str) -> _Request:
     return _Request("DELETE", "/v1/tenant", headers={"X-Admin-Key": admin_key})
 
 
-def _memories(
-    conversation: str | None,
-    subject: str | None,
-    kind: MemoryKind | None,
-    cursor: str | None,
-    limit: int,
-) -> _Request:
-    params = _memories_params(conversation, subject, kind, cursor, limit)
-    return _Request("GET", "/v1/memories", params=params)
+def _memories(options: MemoriesOptions) -> _Request:
+    return _Request("GET", "/v1/memories", params=_memories_params(options))
 
 
 def _forget_conversation(conversation: str) -> _Request:
@@ -224,13 +222,13 @@ def _export_line(line: str) -> JSON | None:
     return json.loads(line) if line.strip() else None
 
 
-class GaamaClient:
-    """Blocking client.
+class _ClientBase(Generic[_Transport]):
+    """What both clients share: the ingest URL and how their httpx client is opened.
 
     Args:
         base_url: The query service, e.g. ``http://127.0.0.1:8084``.
         api_key: The tenant's API key.
-        ingest_url: The ingest service, needed only by :meth:`add_turns`.
+        ingest_url: The ingest service, needed only by ``add_turns``.
         timeout: Seconds per request.
         transport: An httpx transport (tests pass ``httpx.MockTransport`` or a WSGI/ASGI one).
     """
@@ -242,44 +240,36 @@ class GaamaClient:
         *,
         ingest_url: str | None = None,
         timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
+        transport: _Transport | None = None,
     ) -> None:
         self.ingest_url = ingest_url.rstrip("/") if ingest_url else None
-        self._http = httpx.Client(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
+        self._open(
+            {"base_url": base_url, "headers": _headers(api_key), "timeout": timeout},
+            transport,
         )
+
+    def _open(self, options: dict[str, Any], transport: _Transport | None) -> None:
+        raise NotImplementedError
+
+
+class GaamaClient(_ClientBase[httpx.BaseTransport]):
+    """Blocking client (arguments: :class:`_ClientBase`)."""
+
+    def _open(self, options: dict[str, Any], transport: httpx.BaseTransport | None) -> None:
+        self._http = httpx.Client(transport=transport, **options)
 
     def _send(self, req: _Request) -> httpx.Response:
         return self._http.request(
             req.method, req.url, json=req.json, params=req.params, headers=req.headers
         )
 
-    def search(
-        self,
-        query: str,
-        *,
-        mode: Mode = "gaama",
-        budget: int | None = None,
-        k: int = 20,
-        subject: str | None = None,
-        conversation: str | None = None,
-        params: Mapping[str, float] | None = None,
-    ) -> JSON:
+    def search(self, query: str, **options: Unpack[SearchOptions]) -> JSON:
         """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
-        return _json(self._send(_search(query, mode, budget, k, subject, conversation, params)))
+        return _json(self._send(_search(query, options)))
 
-    def answer(
-        self,
-        question: str,
-        *,
-        mode: Mode = "gaama",
-        budget: int | None = None,
-        subject: str | None = None,
-        conversation: str | None = None,
-        params: Mapping[str, float] | None = None,
-    ) -> JSON:
+    def answer(self, question: str, **options: Unpack[RetrievalOptions]) -> JSON:
         """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
-        return _json(self._send(_answer(question, mode, budget, subject, conversation, params)))
+        return _json(self._send(_answer(question, options)))
 
     def node(self, node_id: str) -> JSON:
         """``GET /v1/nodes/{id}``: the node with its neighbours."""
@@ -293,18 +283,10 @@ class GaamaClient:
         """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
         return _request_id(self._send(_forget_tenant(admin_key)))
 
-    def memories(
-        self,
-        *,
-        conversation: str | None = None,
-        subject: str | None = None,
-        kind: MemoryKind | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> JSON:
+    def memories(self, **options: Unpack[MemoriesOptions]) -> JSON:
         """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
         as ``cursor`` for the next page (``None`` when there is none)."""
-        return _json(self._send(_memories(conversation, subject, kind, cursor, limit)))
+        return _json(self._send(_memories(options)))
 
     def forget_conversation(self, conversation: str) -> str:
         """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
@@ -344,99 +326,55 @@ class GaamaClient:
         self.close()
 
 
-class AsyncGaamaClient:
+class AsyncGaamaClient(_ClientBase[httpx.AsyncBaseTransport]):
     """Asyncio client; the same methods as :class:`GaamaClient`, awaited."""
 
-    def __init__(
-        self,
-        base_url: str,
-        api_key: str,
-        *,
-        ingest_url: str | None = None,
-        timeout: float = 30.0,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        self.ingest_url = ingest_url.rstrip("/") if ingest_url else None
-        self._http = httpx.AsyncClient(
-            base_url=base_url, headers=_headers(api_key), timeout=timeout, transport=transport
-        )
+    def _open(self, options: dict[str, Any], transport: httpx.AsyncBaseTransport | None) -> None:
+        self._http = httpx.AsyncClient(transport=transport, **options)
 
     async def _send(self, req: _Request) -> httpx.Response:
         return await self._http.request(
             req.method, req.url, json=req.json, params=req.params, headers=req.headers
         )
 
-    async def search(
-        self,
-        query: str,
-        *,
-        mode: Mode = "gaama",
-        budget: int | None = None,
-        k: int = 20,
-        subject: str | None = None,
-        conversation: str | None = None,
-        params: Mapping[str, float] | None = None,
-    ) -> JSON:
-        """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
-        return _json(
-            await self._send(_search(query, mode, budget, k, subject, conversation, params))
-        )
+    async def search(self, query: str, **options: Unpack[SearchOptions]) -> JSON:
+        """See :meth:`GaamaClient.search`."""
+        return _json(await self._send(_search(query, options)))
 
-    async def answer(
-        self,
-        question: str,
-        *,
-        mode: Mode = "gaama",
-        budget: int | None = None,
-        subject: str | None = None,
-        conversation: str | None = None,
-        params: Mapping[str, float] | None = None,
-    ) -> JSON:
-        """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
-        return _json(
-            await self._send(_answer(question, mode, budget, subject, conversation, params))
-        )
+    async def answer(self, question: str, **options: Unpack[RetrievalOptions]) -> JSON:
+        """See :meth:`GaamaClient.answer`."""
+        return _json(await self._send(_answer(question, options)))
 
     async def node(self, node_id: str) -> JSON:
-        """``GET /v1/nodes/{id}``: the node with its neighbours."""
+        """See :meth:`GaamaClient.node`."""
         return _json(await self._send(_node(node_id)))
 
     async def add_turns(self, turns: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> list[str]:
-        """``POST {ingest_url}/v1/turns``; returns the episode ids of the accepted turns."""
+        """See :meth:`GaamaClient.add_turns`."""
         return _episode_ids(await self._send(_add_turns(self.ingest_url, turns)))
 
     async def forget_tenant(self, admin_key: str) -> str:
-        """``DELETE /v1/tenant`` (the key's tenant; needs an admin key); the request id."""
+        """See :meth:`GaamaClient.forget_tenant`."""
         return _request_id(await self._send(_forget_tenant(admin_key)))
 
-    async def memories(
-        self,
-        *,
-        conversation: str | None = None,
-        subject: str | None = None,
-        kind: MemoryKind | None = None,
-        cursor: str | None = None,
-        limit: int = 50,
-    ) -> JSON:
-        """``GET /v1/memories``: one page, ``{items, next_cursor}``; pass ``next_cursor`` back
-        as ``cursor`` for the next page (``None`` when there is none)."""
-        return _json(await self._send(_memories(conversation, subject, kind, cursor, limit)))
+    async def memories(self, **options: Unpack[MemoriesOptions]) -> JSON:
+        """See :meth:`GaamaClient.memories`."""
+        return _json(await self._send(_memories(options)))
 
     async def forget_conversation(self, conversation: str) -> str:
-        """``DELETE /v1/conversations/{id}``: everything stored from the conversation is removed
-        in the background; returns the request id for :meth:`forget_status`."""
+        """See :meth:`GaamaClient.forget_conversation`."""
         return _request_id(await self._send(_forget_conversation(conversation)))
 
     async def forget_subject(self, subject: str) -> str:
-        """``DELETE /v1/subjects/{id}``: like :meth:`forget_conversation`, for a subject."""
+        """See :meth:`GaamaClient.forget_subject`."""
         return _request_id(await self._send(_forget_subject(subject)))
 
     async def forget_status(self, request_id: str) -> JSON:
-        """``GET /v1/forget/{request_id}``: ``{status: pending|done, removed}``."""
+        """See :meth:`GaamaClient.forget_status`."""
         return _json(await self._send(_forget_status(request_id)))
 
     async def export(self, subject: str) -> AsyncIterator[JSON]:
-        """``GET /v1/export?subject=``: every node and edge about ``subject``, streamed."""
+        """See :meth:`GaamaClient.export`."""
         req = _export(subject)
         async with self._http.stream(req.method, req.url, params=req.params) as resp:
             if resp.status_code >= 400:
@@ -447,7 +385,7 @@ class AsyncGaamaClient:
                     yield item
 
     async def audit(self, limit: int = 100) -> list[JSON]:
-        """``GET /v1/audit``: the tenant's forget audit log, newest first."""
+        """See :meth:`GaamaClient.audit`."""
         return _json_list(await self._send(_audit(limit)))
 
     async def aclose(self) -> None:
