@@ -45,6 +45,32 @@ QUERY_MODES = ("gaama", "semantic", "ppr", "flat")
 QUERY_STAGES = ("embed", "knn", "expand", "ppr", "pack")
 
 
+@dataclass(frozen=True)
+class Declare:
+    """Declares one service's metrics on the registry it owns, named ``gaama_<service>_<name>``."""
+
+    service: str
+    registry: CollectorRegistry
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(self._full(name), doc, labels, registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(self._full(name), doc, labels, registry=self.registry)
+
+    def histogram(
+        self,
+        name: str,
+        doc: str,
+        labels: Sequence[str] = (),
+        buckets: Sequence[float] = LATENCY_BUCKETS,
+    ) -> Histogram:
+        return Histogram(self._full(name), doc, labels, buckets=buckets, registry=self.registry)
+
+    def _full(self, name: str) -> str:
+        return f"gaama_{self.service}_{name}"
+
+
 @dataclass
 class StageMetrics:
     """Metrics every consumer stage has (ingest, extract, reflect)."""
@@ -63,43 +89,25 @@ def stage_metrics(
 ) -> StageMetrics:
     """Metrics of a consumer stage; ``tasks`` names its background tasks (timers), whose failure
     counters are created up front."""
+    d = Declare(service, registry)
     m = StageMetrics(
-        consumed=Counter(f"gaama_{service}_consumed_total", "Messages consumed", registry=registry),
-        stored=Counter(
-            f"gaama_{service}_stored_total",
-            "Nodes written to the graph, by kind",
-            ["kind"],
-            registry=registry,
+        consumed=d.counter("consumed_total", "Messages consumed"),
+        stored=d.counter("stored_total", "Nodes written to the graph, by kind", ["kind"]),
+        dead_lettered=d.counter(
+            "dead_lettered_total", "Messages sent to the dead-letter topic, by reason", ["reason"]
         ),
-        dead_lettered=Counter(
-            f"gaama_{service}_dead_lettered_total",
-            "Messages sent to the dead-letter topic, by reason",
-            ["reason"],
-            registry=registry,
-        ),
-        retries=Counter(
-            f"gaama_{service}_retries_total",
-            "Retried attempts after transient errors",
-            registry=registry,
-        ),
-        batch_seconds=Histogram(
-            f"gaama_{service}_batch_seconds",
-            "Time to process one batch of messages",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ),
-        lag=Gauge(
-            f"gaama_{service}_consumer_lag",
+        retries=d.counter("retries_total", "Retried attempts after transient errors"),
+        batch_seconds=d.histogram("batch_seconds", "Time to process one batch of messages"),
+        lag=d.gauge(
+            "consumer_lag",
             "Messages of the partition not yet committed by this consumer group "
             "(high-water mark minus committed offset; 0 for partitions owned by another replica)",
             ["topic", "partition"],
-            registry=registry,
         ),
-        task_failures=Counter(
-            f"gaama_{service}_task_failures_total",
+        task_failures=d.counter(
+            "task_failures_total",
             "Failed ticks of a background task (retried on the next tick), by task and reason",
             ["task", "reason"],
-            registry=registry,
         ),
     )
     for task in tasks:
@@ -119,14 +127,10 @@ class EmbedMetrics:
 
 
 def embed_metrics(service: str, registry: CollectorRegistry) -> EmbedMetrics:
+    d = Declare(service, registry)
     return EmbedMetrics(
-        seconds=Histogram(
-            f"gaama_{service}_embedding_seconds",
-            "Time to embed one batch",
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ),
-        texts=Counter(f"gaama_{service}_embedded_texts_total", "Texts embedded", registry=registry),
+        seconds=d.histogram("embedding_seconds", "Time to embed one batch"),
+        texts=d.counter("embedded_texts_total", "Texts embedded"),
     )
 
 
@@ -139,36 +143,19 @@ class LLMMetrics:
 
 
 def llm_metrics(service: str, registry: CollectorRegistry) -> LLMMetrics:
+    d = Declare(service, registry)
     m = LLMMetrics(
-        calls=Counter(
-            f"gaama_{service}_llm_calls_total",
-            "LLM calls by extractor and outcome",
-            ["extractor", "outcome"],
-            registry=registry,
+        calls=d.counter(
+            "llm_calls_total", "LLM calls by extractor and outcome", ["extractor", "outcome"]
         ),
-        failures=Counter(
-            f"gaama_{service}_llm_failures_total",
-            "Failed LLM attempts by reason",
-            ["reason"],
-            registry=registry,
-        ),
-        tokens=Counter(
-            f"gaama_{service}_llm_tokens_total",
-            "Tokens used, by direction",
-            ["direction"],
-            registry=registry,
-        ),
-        seconds=Histogram(
-            f"gaama_{service}_llm_seconds",
-            "Latency of one LLM call",
-            buckets=LLM_BUCKETS,
-            registry=registry,
-        ),
+        failures=d.counter("llm_failures_total", "Failed LLM attempts by reason", ["reason"]),
+        tokens=d.counter("llm_tokens_total", "Tokens used, by direction", ["direction"]),
+        seconds=d.histogram("llm_seconds", "Latency of one LLM call", buckets=LLM_BUCKETS),
     )
     for reason in LLM_FAILURES:
         m.failures.labels(reason)
-    for d in ("in", "out"):
-        m.tokens.labels(d)
+    for direction in ("in", "out"):
+        m.tokens.labels(direction)
     return m
 
 
@@ -183,42 +170,22 @@ class QueryMetrics:
 
 
 def query_metrics(registry: CollectorRegistry) -> QueryMetrics:
+    d = Declare("query", registry)
     m = QueryMetrics(
-        requests=Counter(
-            "gaama_query_requests_total",
-            "Requests by endpoint and status",
-            ["endpoint", "status"],
-            registry=registry,
+        requests=d.counter(
+            "requests_total", "Requests by endpoint and status", ["endpoint", "status"]
         ),
-        seconds=Histogram(
-            "gaama_query_seconds",
-            "Search latency by mode",
-            ["mode"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ),
-        stage_seconds=Histogram(
-            "gaama_query_stage_seconds",
-            "Search latency by stage",
-            ["stage"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
-        ),
-        subgraph_nodes=Histogram(
-            "gaama_query_subgraph_nodes",
+        seconds=d.histogram("seconds", "Search latency by mode", ["mode"]),
+        stage_seconds=d.histogram("stage_seconds", "Search latency by stage", ["stage"]),
+        subgraph_nodes=d.histogram(
+            "subgraph_nodes",
             "Nodes in the expanded subgraph",
             buckets=(10, 50, 100, 250, 500, 1000, 2500, 5000, 10000),
-            registry=registry,
         ),
-        ppr_iterations=Histogram(
-            "gaama_query_ppr_iterations",
-            "PPR power iterations",
-            buckets=(1, 5, 10, 20, 30, 50, 75, 100),
-            registry=registry,
+        ppr_iterations=d.histogram(
+            "ppr_iterations", "PPR power iterations", buckets=(1, 5, 10, 20, 30, 50, 75, 100)
         ),
-        errors=Counter(
-            "gaama_query_errors_total", "Errors by reason", ["reason"], registry=registry
-        ),
+        errors=d.counter("errors_total", "Errors by reason", ["reason"]),
     )
     for mode in QUERY_MODES:
         m.seconds.labels(mode)
@@ -228,11 +195,8 @@ def query_metrics(registry: CollectorRegistry) -> QueryMetrics:
 
 
 def graph_size_gauge(service: str, registry: CollectorRegistry) -> Gauge:
-    g = Gauge(
-        f"gaama_{service}_graph_nodes",
-        "Nodes in the index, by kind (all tenants)",
-        ["kind"],
-        registry=registry,
+    g = Declare(service, registry).gauge(
+        "graph_nodes", "Nodes in the index, by kind (all tenants)", ["kind"]
     )
     for kind in NODE_KINDS:
         g.labels(kind)
@@ -255,34 +219,25 @@ class ForgetMetrics:
 
 
 def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
+    d = Declare(service, registry)
     m = ForgetMetrics(
-        requests=Counter(
-            f"gaama_{service}_forget_requests_total",
-            "Forget requests by scope and outcome",
-            ["scope", "outcome"],
-            registry=registry,
+        requests=d.counter(
+            "forget_requests_total", "Forget requests by scope and outcome", ["scope", "outcome"]
         ),
-        cascade_seconds=Histogram(
-            f"gaama_{service}_forget_cascade_seconds",
+        cascade_seconds=d.histogram(
+            "forget_cascade_seconds",
             "Time from the last lane's arrival to a forget request being done",
-            registry=registry,
-            buckets=LATENCY_BUCKETS,
         ),
-        removed=Counter(
-            f"gaama_{service}_forget_removed_total",
-            "Nodes removed by forget cascades, by kind",
-            ["kind"],
-            registry=registry,
+        removed=d.counter(
+            "forget_removed_total", "Nodes removed by forget cascades, by kind", ["kind"]
         ),
-        oldest_pending_seconds=Gauge(
-            f"gaama_{service}_forget_oldest_pending_seconds",
+        oldest_pending_seconds=d.gauge(
+            "forget_oldest_pending_seconds",
             "Age of the oldest forget request not yet done (0 when none)",
-            registry=registry,
         ),
-        pending_limit_seconds=Gauge(
-            f"gaama_{service}_forget_pending_limit_seconds",
+        pending_limit_seconds=d.gauge(
+            "forget_pending_limit_seconds",
             "How long a forget request may stay pending (GAAMA_FORGET_PENDING_ALERT_S)",
-            registry=registry,
         ),
     )
     for scope in FORGET_SCOPES:
@@ -317,22 +272,16 @@ class McpMetrics:
 def mcp_metrics(registry: CollectorRegistry, tools: Sequence[str]) -> McpMetrics:
     """Per-tool calls, errors by reason and latency of the MCP gateway. A call naming no known
     tool is counted under ``tool="unknown"`` so a caller cannot grow the label set."""
+    d = Declare("mcp", registry)
     m = McpMetrics(
-        calls=Counter(
-            "gaama_mcp_tool_calls_total", "Tool calls by tool", ["tool"], registry=registry
-        ),
-        errors=Counter(
-            "gaama_mcp_tool_errors_total",
+        calls=d.counter("tool_calls_total", "Tool calls by tool", ["tool"]),
+        errors=d.counter(
+            "tool_errors_total",
             "Tool calls that ended in a tool error, by tool and reason",
             ["tool", "reason"],
-            registry=registry,
         ),
-        seconds=Histogram(
-            "gaama_mcp_tool_seconds",
-            "Tool call latency by tool (REST round trips included)",
-            ["tool"],
-            buckets=LATENCY_BUCKETS,
-            registry=registry,
+        seconds=d.histogram(
+            "tool_seconds", "Tool call latency by tool (REST round trips included)", ["tool"]
         ),
     )
     for tool in (*tools, "unknown"):
