@@ -451,3 +451,43 @@ def up(
     if partitions < 1:
         raise ConfigError("--partitions must be ≥ 1")
     return start_stack(directory, redis_port, kafka_port, partitions, redis_cluster=redis_cluster)
+
+
+def move_slot(port: int, slot: int, to_port: int, batch: int = 100) -> int:
+    """Move ``slot`` from the primary on ``port`` to the one on ``to_port`` the way ``redis-cli
+    --cluster reshard`` does (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE in batches, SETSLOT
+    NODE on every primary); returns the number of keys moved. Writes to the slot go on meanwhile:
+    a key already moved is answered with ASK, a transaction over moved and unmoved keys with
+    TRYAGAIN, until the slot is handed over."""
+    import redis
+
+    source, target = redis.Redis(port=port), redis.Redis(port=to_port)
+    try:
+        ids = {
+            p: c.execute_command("CLUSTER", "MYID").decode()
+            for p, c in ((port, source), (to_port, target))
+        }  # type: ignore[no-untyped-call]
+        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[port])  # type: ignore[no-untyped-call]
+        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])  # type: ignore[no-untyped-call]
+        moved = 0
+        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):  # type: ignore[no-untyped-call]
+            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+            moved += len(keys)
+        primaries = [
+            int(f[1].split("@")[0].rsplit(":", 1)[1])
+            for f in (line.split() for line in _cluster_nodes(source))
+            if "master" in f[2]
+        ]
+        # The new owner first, then the old one, then the rest (as redis-cli does).
+        for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
+            with redis.Redis(port=node_port) as node:
+                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])  # type: ignore[no-untyped-call]
+        return moved
+    finally:
+        source.close()
+        target.close()
+
+
+def _cluster_nodes(client: Any) -> list[str]:
+    raw = client.execute_command("CLUSTER", "NODES")
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)).splitlines()

@@ -124,7 +124,9 @@ class NodeIndexes:
             name = await self.name_on(node, create=False)
             if name is None:  # readiness makes it (VectorIndex.ensure), as on a single server
                 raise StoreUnavailable(f"vector index {self.name!r} missing on {node.name}")
-            where, reply = await cluster.on_node(node, ["EXISTS", probe], ["FT.SEARCH", name, *tail])
+            where, reply = await cluster.on_node(
+                node, ["EXISTS", probe], ["FT.SEARCH", name, *tail]
+            )
             if isinstance(where, MovedError) or isinstance(reply, MovedError):
                 await cluster.refresh(self.redis)  # the slot (or the index's own) moved
                 continue
