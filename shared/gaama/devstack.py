@@ -315,7 +315,8 @@ async def create_topics(
 def form_cluster(ports: list[int], first_bus: int, timeout: float = 20) -> None:
     """Make the cluster-enabled servers on ``ports`` one cluster of primaries: the 16384 slots
     split into equal ranges in port order (CLUSTER ADDSLOTSRANGE), every node introduced to the
-    first, whose cluster bus listens on ``first_bus`` (CLUSTER MEET); returns once every node reports ``cluster_state:ok``."""
+    first, whose cluster bus listens on ``first_bus`` (CLUSTER MEET); returns once every node
+    reports ``cluster_state:ok``."""
     import redis
 
     clients = [redis.Redis(port=p, socket_timeout=2) for p in ports]
@@ -323,9 +324,9 @@ def form_cluster(ports: list[int], first_bus: int, timeout: float = 20) -> None:
         n = len(ports)
         for i, client in enumerate(clients):
             lo, hi = i * SLOTS // n, (i + 1) * SLOTS // n - 1
-            client.execute_command("CLUSTER", "ADDSLOTSRANGE", lo, hi)  # type: ignore[no-untyped-call]
+            _cmd(client, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
         for client in clients[1:]:
-            client.execute_command("CLUSTER", "MEET", "127.0.0.1", ports[0], first_bus)  # type: ignore[no-untyped-call]
+            _cmd(client, "CLUSTER", "MEET", "127.0.0.1", ports[0], first_bus)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             infos = [_cluster_info(c) for c in clients]
@@ -464,14 +465,13 @@ def move_slot(port: int, slot: int, to_port: int, batch: int = 100) -> int:
     source, target = redis.Redis(port=port), redis.Redis(port=to_port)
     try:
         ids = {
-            p: c.execute_command("CLUSTER", "MYID").decode()
-            for p, c in ((port, source), (to_port, target))
-        }  # type: ignore[no-untyped-call]
-        target.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[port])  # type: ignore[no-untyped-call]
-        source.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])  # type: ignore[no-untyped-call]
+            p: _cmd(c, "CLUSTER", "MYID").decode() for p, c in ((port, source), (to_port, target))
+        }
+        _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[port])
+        _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
         moved = 0
-        while keys := source.execute_command("CLUSTER", "GETKEYSINSLOT", slot, batch):  # type: ignore[no-untyped-call]
-            source.execute_command("MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)  # type: ignore[no-untyped-call]
+        while keys := _cmd(source, "CLUSTER", "GETKEYSINSLOT", slot, batch):
+            _cmd(source, "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
             moved += len(keys)
         primaries = [
             int(f[1].split("@")[0].rsplit(":", 1)[1])
@@ -481,11 +481,15 @@ def move_slot(port: int, slot: int, to_port: int, batch: int = 100) -> int:
         # The new owner first, then the old one, then the rest (as redis-cli does).
         for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
             with redis.Redis(port=node_port) as node:
-                node.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])  # type: ignore[no-untyped-call]
+                _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
         return moved
     finally:
         source.close()
         target.close()
+
+
+def _cmd(client: Any, *args: Any) -> Any:
+    return client.execute_command(*args)
 
 
 def _cluster_nodes(client: Any) -> list[str]:

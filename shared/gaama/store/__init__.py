@@ -14,8 +14,8 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redi
     search path's replies (FT.SEARCH results, nested script arrays) more slowly on this
     project's queries, and RedisVL's result processing expects RESP2 shapes.
 
-    With ``cluster`` (``GAAMA_REDIS_CLUSTER``) the client is redis-py's
-    :class:`~redis.asyncio.cluster.RedisCluster` (:class:`gaama.store.cluster.ClusterClient`) seeded from ``url``: it offers the commands the
+    With ``cluster`` (``GAAMA_REDIS_CLUSTER``) the client is redis-py's cluster client
+    (:class:`gaama.store.cluster.ClusterClient`) seeded from ``url``: it offers the commands the
     stores use under the same names and routes each to the primary holding its keys' slot; what
     needs a chosen primary (searches, scans, fsync waits) goes through :mod:`gaama.store.cluster`.
     """

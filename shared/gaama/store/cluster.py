@@ -257,7 +257,7 @@ class SlotTransaction(Pipeline):
 
     async def immediate_execute_command(self, *args: Any, **options: Any) -> Any:
         try:
-            return await super().immediate_execute_command(*args, **options)
+            return await super().immediate_execute_command(*args, **options)  # type: ignore[no-untyped-call]
         except ResponseError as exc:
             await self._redirected(exc)
             raise
@@ -269,8 +269,8 @@ class SlotTransaction(Pipeline):
             await self._redirected(exc)
             raise
 
-    async def reset(self) -> None:
-        await super().reset()
+    async def reset(self) -> None:  # type: ignore[override]
+        await super().reset()  # type: ignore[no-untyped-call]
         self.route_key = None
 
     async def _redirected(self, exc: ResponseError) -> None:

@@ -15,9 +15,8 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
-from redis.exceptions import AskError, MovedError
+from redis.exceptions import AskError, MovedError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama.ids import kind_prefix
