@@ -456,36 +456,58 @@ def up(
 
 def move_slot(port: int, slot: int, to_port: int, batch: int = 100) -> int:
     """Move ``slot`` from the primary on ``port`` to the one on ``to_port`` the way ``redis-cli
-    --cluster reshard`` does (CLUSTER SETSLOT IMPORTING / MIGRATING, MIGRATE in batches, SETSLOT
-    NODE on every primary); returns the number of keys moved. Writes to the slot go on meanwhile:
-    a key already moved is answered with ASK, a transaction over moved and unmoved keys with
-    TRYAGAIN, until the slot is handed over."""
+    --cluster reshard`` does (:func:`begin_slot_move`, :func:`migrate_slot_keys` until none is
+    left, :func:`finish_slot_move`); returns the number of keys moved. Writes to the slot go on
+    meanwhile: a key already moved is answered with ASK, a transaction over moved and unmoved
+    keys with TRYAGAIN, until the slot is handed over."""
+    begin_slot_move(port, slot, to_port)
+    moved = 0
+    while n := migrate_slot_keys(port, slot, to_port, batch):
+        moved += n
+    finish_slot_move(port, slot, to_port)
+    return moved
+
+
+def begin_slot_move(port: int, slot: int, to_port: int) -> None:
+    """CLUSTER SETSLOT IMPORTING on the new owner, MIGRATING on the old one."""
     import redis
 
-    source, target = redis.Redis(port=port), redis.Redis(port=to_port)
-    try:
-        ids = {
-            p: _cmd(c, "CLUSTER", "MYID").decode() for p, c in ((port, source), (to_port, target))
-        }
-        _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", ids[port])
-        _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", ids[to_port])
-        moved = 0
-        while keys := _cmd(source, "CLUSTER", "GETKEYSINSLOT", slot, batch):
+    with redis.Redis(port=port) as source, redis.Redis(port=to_port) as target:
+        _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+        _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+
+
+def migrate_slot_keys(port: int, slot: int, to_port: int, count: int) -> int:
+    """MIGRATE up to ``count`` keys of ``slot`` to the new owner; how many were moved."""
+    import redis
+
+    with redis.Redis(port=port) as source:
+        keys = _cmd(source, "CLUSTER", "GETKEYSINSLOT", slot, count)
+        if keys:
             _cmd(source, "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
-            moved += len(keys)
+        return len(keys)
+
+
+def finish_slot_move(port: int, slot: int, to_port: int) -> None:
+    """CLUSTER SETSLOT NODE on every primary: the new owner first, then the old one, then the
+    rest (as redis-cli does)."""
+    import redis
+
+    with redis.Redis(port=port) as source, redis.Redis(port=to_port) as target:
+        new_owner = _node_id(target)
         primaries = [
             int(f[1].split("@")[0].rsplit(":", 1)[1])
             for f in (line.split() for line in _cluster_nodes(source))
             if "master" in f[2]
         ]
-        # The new owner first, then the old one, then the rest (as redis-cli does).
-        for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
-            with redis.Redis(port=node_port) as node:
-                _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", ids[to_port])
-        return moved
-    finally:
-        source.close()
-        target.close()
+    for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
+        with redis.Redis(port=node_port) as node:
+            _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", new_owner)
+
+
+def _node_id(client: Any) -> str:
+    raw = _cmd(client, "CLUSTER", "MYID")
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
 
 
 def _cmd(client: Any, *args: Any) -> Any:

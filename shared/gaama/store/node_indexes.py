@@ -100,13 +100,23 @@ class NodeIndexes:
         self, docs: list[tuple[str, dict[str, str]]], fields: Sequence[str]
     ) -> list[tuple[str, dict[str, str]]]:
         """``docs`` (key, row) with ``fields`` of each key's hash added to its row (a field
-        the hash lacks left out), read in one pipelined round trip."""
+        the hash lacks left out): one round trip to the primary holding the keys (a tenant's:
+        all on one), a key that has moved meanwhile read through the cluster client."""
         if not docs:
             return docs
-        pipe = self.redis.pipeline(transaction=False)
-        for key, _ in docs:
-            pipe.hmget(key, list(fields))
-        values = await pipe.execute()
+        by_node: dict[str, tuple[ClusterNode, list[int]]] = {}
+        for i, (key, _) in enumerate(docs):
+            node = cluster.owner(self.redis, key)
+            by_node.setdefault(node.name, (node, []))[1].append(i)
+        values: list[Any] = [None] * len(docs)
+        for node, at in by_node.values():
+            replies = await cluster.on_node(node, *(["HMGET", docs[i][0], *fields] for i in at))
+            for i, reply in zip(at, replies, strict=True):
+                if isinstance(reply, ResponseError):
+                    if not cluster.redirected(reply):
+                        raise reply
+                    reply = await self.redis.hmget(docs[i][0], list(fields))
+                values[i] = reply
         out = []
         for (key, row), got in zip(docs, values, strict=True):
             row = dict(row)
