@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format bench-ingest bench-query bench-embed bench-locomo bench-forget dev-up dev-down clean
+.PHONY: install run test test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -35,6 +35,13 @@ test: install
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
+
+## The store, pipeline, isolation and forget tests on a 3-primary Redis Cluster (session fixture).
+CLUSTER_TESTS := tests/integration/test_cluster.py tests/integration/test_graph_store.py \
+	tests/integration/test_search.py tests/integration/test_isolation.py tests/component \
+	tests/integration/test_forget_api.py tests/integration/test_bulk_loader.py
+test-cluster: install
+	GAAMA_TEST_REDIS_CLUSTER=3 $(BIN)/python -m pytest -q $(CLUSTER_TESTS)
 
 lint: install
 	$(BIN)/ruff check .

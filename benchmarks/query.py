@@ -43,7 +43,7 @@ from benchmarks.synthetic import Batch, SyntheticGraph, query_texts
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.errors import ConfigError
 from gaama.launch import ServiceProcess
-from gaama.store import connect
+from gaama.store import cluster, connect
 from gaama.store.bulk import BulkLoader
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
@@ -126,8 +126,19 @@ def servers(
 
 
 async def used_memory(redis: aioredis.Redis) -> int:
+    if cluster.is_cluster(redis):  # every primary's
+        await cluster.initialized(redis)
+        infos = [await cluster.on_node(n, ["INFO", "memory"]) for n in cluster.primaries(redis)]
+        return sum(_used_memory(reply) for (reply,) in infos)
     info = await redis.info("memory")
     return int(info["used_memory"])
+
+
+def _used_memory(reply: Any) -> int:
+    text = reply.decode() if isinstance(reply, bytes) else str(reply)
+    return next(
+        int(line.split(":")[1]) for line in text.splitlines() if line.startswith("used_memory:")
+    )
 
 
 async def load_tenant(
@@ -327,6 +338,8 @@ class Options:
     progress: bool = True
     command: str = ""
     backends: tuple[str, ...] = (backends.DEFAULT,)  # the first one is what targets are read from
+    redis_cluster: int = 1  # > 1: one server against a cluster of this many primaries
+    cluster_tenants: int = 6
 
 
 def _requests_for(opts: Options, concurrency: int) -> int:
@@ -566,6 +579,10 @@ def docs_section(doc: dict[str, Any]) -> str:
 
 
 def main(opts: Options) -> dict[str, Any]:
+    if opts.redis_cluster > 1:
+        from benchmarks import query_cluster
+
+        return query_cluster.main(opts, opts.redis_cluster, opts.cluster_tenants)
     url = opts.redis_url or os.environ.get("GAAMA_REDIS_URL")
     with servers(url, None) as (redis_url, _):
         doc = asyncio.run(_run(opts, redis_url))
@@ -604,6 +621,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--max-load-minutes", f"{args.max_load_minutes:g}"]
     if args.backends != backends.DEFAULT:
         argv += ["--backends", args.backends]
+    if args.redis_cluster > 1:
+        argv += ["--redis-cluster", str(args.redis_cluster), "--tenants", str(args.tenants)]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -623,6 +642,8 @@ def _cli(args: argparse.Namespace) -> int:
         keep=args.keep,
         progress=not args.no_progress,
         command=command_line(args),
+        redis_cluster=args.redis_cluster,
+        cluster_tenants=args.tenants,
     )
     try:
         opts.backends = backends.parse(args.backends)
@@ -679,6 +700,20 @@ def register(sub: SubParsers) -> None:
         default=backends.DEFAULT,
         help="embedding backends, one service run each, e.g. onnx,torch (default onnx; targets "
         "are read from the first)",
+    )
+    p.add_argument(
+        "--redis-cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N > 1: the same tenants in one Redis and in an N-primary Redis Cluster, both "
+        "embedded, latency per mode side by side (benchmarks/query_cluster.py)",
+    )
+    p.add_argument(
+        "--tenants",
+        type=int,
+        default=6,
+        help="with --redis-cluster: tenants of the first --sizes size each (default 6)",
     )
     p.add_argument("--keep", action="store_true", help="keep the loaded tenants and index")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -2,7 +2,10 @@
 loopback ports, started once per test session; per-test namespaces (key prefix, index name, topic
 prefix) so tests never see each other's data.
 
-Set GAAMA_TEST_REDIS_URL and GAAMA_TEST_KAFKA_BOOTSTRAP to run against external servers instead.
+Set GAAMA_TEST_REDIS_URL and GAAMA_TEST_KAFKA_BOOTSTRAP to run against external servers instead
+(and GAAMA_TEST_REDIS_CLUSTER=true when that Redis is a cluster). GAAMA_TEST_REDIS_CLUSTER=N
+(N > 1) without them starts a Redis Cluster of N primaries instead of one server (`make
+test-cluster`); tests that need one server of their own are marked ``single_redis`` and skipped.
 """
 
 from __future__ import annotations
@@ -24,24 +27,49 @@ from gaama.store.vectors import VectorIndex
 
 
 class StackInfo:
-    def __init__(self, redis_url: str, kafka_bootstrap: str) -> None:
+    def __init__(self, redis_url: str, kafka_bootstrap: str, redis_cluster: bool = False) -> None:
         self.redis_url = redis_url
         self.kafka_bootstrap = kafka_bootstrap
+        self.redis_cluster = redis_cluster
+
+
+def _cluster_size() -> int:
+    raw = os.environ.get("GAAMA_TEST_REDIS_CLUSTER", "").strip().lower()
+    if raw in ("", "0", "1", "false", "no"):
+        return 1
+    return 3 if raw in ("true", "yes") else int(raw)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _cluster_size() == 1:
+        return
+    skip = pytest.mark.skip(reason="needs a single Redis of its own (GAAMA_TEST_REDIS_CLUSTER set)")
+    for item in items:
+        if "single_redis" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
     url = os.environ.get("GAAMA_TEST_REDIS_URL")
     boot = os.environ.get("GAAMA_TEST_KAFKA_BOOTSTRAP")
+    shards = _cluster_size()
     if url and boot:
-        yield StackInfo(url, boot)
+        yield StackInfo(url, boot, shards > 1)
         return
     from gaama import devstack
 
     directory: Path = tmp_path_factory.mktemp("stack")
-    s = devstack.start_stack(directory, devstack.free_port(), devstack.free_port())
+    ports = [devstack.free_port() for _ in range(shards)]
+    s = devstack.start_stack(
+        directory,
+        ports[0],
+        devstack.free_port(),
+        redis_cluster=shards,
+        cluster_ports=ports if shards > 1 else None,
+    )
     try:
-        yield StackInfo(s.redis_url, s.kafka_bootstrap)
+        yield StackInfo(s.redis_url, s.kafka_bootstrap, s.cluster)
     finally:
         s.stop()
 
@@ -60,6 +88,7 @@ def namespace(request: pytest.FixtureRequest) -> str:
 def settings(stack: StackInfo, namespace: str) -> Settings:
     return load_settings(
         redis_url=stack.redis_url,
+        redis_cluster=stack.redis_cluster,
         kafka_bootstrap=stack.kafka_bootstrap,
         key_prefix=namespace,
         index_name=f"{namespace}-idx",
@@ -72,7 +101,7 @@ def settings(stack: StackInfo, namespace: str) -> Settings:
 
 @pytest.fixture
 async def redis_client(settings: Settings) -> AsyncIterator[aioredis.Redis]:
-    client = connect(settings.redis_url)
+    client = connect(settings.redis_url, cluster=settings.redis_cluster)
     yield client
     await client.aclose()
 

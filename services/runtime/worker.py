@@ -233,7 +233,11 @@ def stage_app(
 
 def _durability(settings: Settings) -> Durability:
     # A connection of its own: WAITAOF blocks it, and the marker must precede it on one link.
-    client = connect(settings.redis_url, socket_timeout=settings.durability_timeout_s + 5)
+    client = connect(
+        settings.redis_url,
+        cluster=settings.redis_cluster,
+        socket_timeout=settings.durability_timeout_s + 5,
+    )
     return Durability(
         client,
         Keys(settings.key_prefix).durability_marker,

@@ -17,7 +17,9 @@ def _dev(args: argparse.Namespace) -> int:
 
     directory = Path(args.dir).resolve() if args.dir else devstack.default_dir()
     if args.action == "up":
-        stack = devstack.up(directory, args.redis_port, args.kafka_port, args.partitions)
+        stack = devstack.up(
+            directory, args.redis_port, args.kafka_port, args.partitions, args.redis_cluster
+        )
         sys.stdout.write(stack.env_lines())
         print(
             f"# embedded stack up in {directory} (redis pid {stack.redis_pid}, "
@@ -55,7 +57,7 @@ def _migrate(args: argparse.Namespace) -> int:
     settings = load_settings()
 
     async def run() -> None:
-        redis = connect(settings.redis_url)
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
         try:
             name = args.to or settings.index_name
             index = VectorIndex(redis, name, settings.embed_dim, Keys(settings.key_prefix))
@@ -94,6 +96,13 @@ def build_parser() -> argparse.ArgumentParser:
     dev.add_argument("--redis-port", type=int, default=devstack.DEFAULT_REDIS_PORT)
     dev.add_argument("--kafka-port", type=int, default=devstack.DEFAULT_KAFKA_PORT)
     dev.add_argument("--partitions", type=int, default=4)
+    dev.add_argument(
+        "--redis-cluster",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N > 1: N Redis Cluster primaries on --redis-port and the N-1 ports after it",
+    )
     dev.set_defaults(func=_dev)
 
     migrate = sub.add_parser(

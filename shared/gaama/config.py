@@ -151,6 +151,8 @@ class Settings(BaseSettings):
 
     # --- servers ---------------------------------------------------------------------------
     redis_url: str = "redis://127.0.0.1:6390/0"
+    # Redis Cluster: redis_url names any one primary (the others are discovered from it).
+    redis_cluster: bool = False
     kafka_bootstrap: str = "127.0.0.1:9093"
     topic_partitions: int = Field(4, ge=1, le=1024)
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.\-]*$")  # tests isolate topics with it

@@ -4,6 +4,10 @@ Kafka-compatible broker, both from wheels, on loopback.
 ``gaama dev up`` starts them (or finds them running), waits until both answer, creates the topics
 and prints ``GAAMA_REDIS_URL=...`` / ``GAAMA_KAFKA_BOOTSTRAP=...`` so ``eval "$(gaama dev up)"``
 works. Tests use :func:`start_stack` with free ports and their own directory.
+
+``--redis-cluster N`` (N > 1) starts N cluster-enabled primaries instead of one server, each with
+the modules loaded, the 16384 slots split evenly between them, and adds
+``GAAMA_REDIS_CLUSTER=true`` to the lines printed (docs/operations.md, "Redis Cluster").
 """
 
 from __future__ import annotations
@@ -18,8 +22,9 @@ import socket
 import stat
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gaama.errors import ConfigError, GaamaError
 from gaama.events import TOPICS, dlq, topic_name
@@ -97,6 +102,9 @@ class Stack:
     kafka_port: int
     redis_pid: int | None = None
     kafka_pid: int | None = None
+    # The other primaries of a cluster (the first is redis_port / redis_pid): (port, pid).
+    cluster_peers: list[tuple[int, int | None]] = field(default_factory=list)
+    cluster: bool = False
 
     @property
     def redis_url(self) -> str:
@@ -106,8 +114,13 @@ class Stack:
     def kafka_bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka_port}"
 
+    @property
+    def redis_ports(self) -> list[int]:
+        return [self.redis_port, *(port for port, _ in self.cluster_peers)]
+
     def env_lines(self) -> str:
-        return f"GAAMA_REDIS_URL={self.redis_url}\nGAAMA_KAFKA_BOOTSTRAP={self.kafka_bootstrap}\n"
+        lines = f"GAAMA_REDIS_URL={self.redis_url}\nGAAMA_KAFKA_BOOTSTRAP={self.kafka_bootstrap}\n"
+        return lines + ("GAAMA_REDIS_CLUSTER=true\n" if self.cluster else "")
 
     def save(self) -> None:
         (self.directory / "stack.json").write_text(
@@ -117,6 +130,8 @@ class Stack:
                     "kafka_port": self.kafka_port,
                     "redis_pid": self.redis_pid,
                     "kafka_pid": self.kafka_pid,
+                    "cluster_peers": self.cluster_peers,
+                    "cluster": self.cluster,
                 }
             )
         )
@@ -127,15 +142,25 @@ class Stack:
         if not f.exists():
             return None
         d = json.loads(f.read_text())
-        return cls(directory, d["redis_port"], d["kafka_port"], d["redis_pid"], d["kafka_pid"])
+        peers = [(int(port), pid) for port, pid in d.get("cluster_peers", [])]
+        return cls(
+            directory,
+            d["redis_port"],
+            d["kafka_port"],
+            d["redis_pid"],
+            d["kafka_pid"],
+            peers,
+            bool(d.get("cluster", False)),
+        )
 
     def stop(self) -> None:
-        for pid in (self.kafka_pid, self.redis_pid):
+        pids = (self.kafka_pid, self.redis_pid, *(pid for _, pid in self.cluster_peers))
+        for pid in pids:
             if pid and _alive(pid):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 5
-        for pid in (self.kafka_pid, self.redis_pid):
+        for pid in pids:
             while pid and _alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.05)
             if pid and _alive(pid):
@@ -159,7 +184,7 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _start_redis(directory: Path, port: int) -> int:
+def _start_redis(directory: Path, port: int, cluster_bus: int | None = None) -> int:
     server, modules = redis_binaries()
     args = [
         str(server),
@@ -183,6 +208,12 @@ def _start_redis(directory: Path, port: int) -> int:
         "--hash-max-listpack-value",
         "4096",
     ]
+    if cluster_bus is not None:
+        # nodes.conf lives in the node's own directory; a node that misses its peers for 5 s
+        # is marked failed (there are no replicas here to take over: the cluster reports down).
+        # The bus port is chosen, not port + 10000, which may be taken or out of range.
+        args += ["--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"]
+        args += ["--cluster-node-timeout", "5000", "--cluster-port", str(cluster_bus)]
     for m in modules:
         args += ["--loadmodule", str(m)]
     log = (directory / "redis.log").open("ab")
@@ -281,22 +312,97 @@ async def create_topics(
     return names
 
 
+def form_cluster(ports: list[int], first_bus: int, timeout: float = 20) -> None:
+    """Make the cluster-enabled servers on ``ports`` one cluster of primaries: the 16384 slots
+    split into equal ranges in port order (CLUSTER ADDSLOTSRANGE), every node introduced to the
+    first, whose cluster bus listens on ``first_bus`` (CLUSTER MEET); returns once every node
+    reports ``cluster_state:ok``."""
+    import redis
+
+    clients = [redis.Redis(port=p, socket_timeout=2) for p in ports]
+    try:
+        n = len(ports)
+        for i, client in enumerate(clients):
+            lo, hi = i * SLOTS // n, (i + 1) * SLOTS // n - 1
+            _cmd(client, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
+        for client in clients[1:]:
+            _cmd(client, "CLUSTER", "MEET", "127.0.0.1", ports[0], first_bus)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            infos = [_cluster_info(c) for c in clients]
+            if all(
+                i.get("cluster_state") == "ok" and i.get("cluster_known_nodes") == str(n)
+                for i in infos
+            ):
+                return
+            time.sleep(0.05)
+        raise StackError(f"the Redis cluster on ports {ports} did not form within {timeout:.0f}s")
+    finally:
+        for client in clients:
+            client.close()
+
+
+SLOTS = 16384
+
+
+def _cluster_info(client: Any) -> dict[str, str]:
+    raw = client.execute_command("CLUSTER", "INFO")
+    text = raw.decode() if isinstance(raw, bytes) else str(raw)
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def start_redis_cluster(directory: Path, ports: list[int], stack: Stack) -> None:
+    """Start one cluster-enabled primary per port (each in ``directory/redis-<port>``), recorded
+    in ``stack`` as they start, and form the cluster."""
+    stack.cluster = True
+    buses = [free_port() for _ in ports]
+    for i, port in enumerate(ports):
+        node_dir = directory / f"redis-{port}"
+        node_dir.mkdir(parents=True, exist_ok=True)
+        pid = _start_redis(node_dir, port, cluster_bus=buses[i])
+        if i == 0:
+            stack.redis_pid = pid
+        else:
+            stack.cluster_peers.append((port, pid))
+        stack.save()
+        _wait_redis(port, pid, node_dir / "redis.log")
+    form_cluster(ports, buses[0])
+
+
 def start_stack(
-    directory: Path, redis_port: int, kafka_port: int, partitions: int = 4, topic_prefix: str = ""
+    directory: Path,
+    redis_port: int,
+    kafka_port: int,
+    partitions: int = 4,
+    topic_prefix: str = "",
+    *,
+    redis_cluster: int = 1,
+    cluster_ports: list[int] | None = None,
 ) -> Stack:
-    """Start both servers in ``directory`` and create the topics; raise StackError on failure."""
+    """Start both servers in ``directory`` and create the topics; raise StackError on failure.
+
+    ``redis_cluster`` > 1 starts that many cluster primaries instead of one Redis, on
+    ``cluster_ports`` (default: consecutive ports from ``redis_port``)."""
     directory.mkdir(parents=True, exist_ok=True)
-    for port, what in ((redis_port, "Redis"), (kafka_port, "the broker")):
+    if redis_cluster < 1:
+        raise ConfigError("--redis-cluster must be ≥ 1")
+    redis_ports = [redis_port]
+    if redis_cluster > 1:
+        redis_ports = cluster_ports or [redis_port + i for i in range(redis_cluster)]
+    for port, what in (*((p, "Redis") for p in redis_ports), (kafka_port, "the broker")):
         if not port_free(port):
             raise StackError(
                 f"port {port} for {what} is taken on 127.0.0.1; stop what uses it "
                 f"or choose another with --redis-port/--kafka-port"
             )
-    stack = Stack(directory, redis_port, kafka_port)
+    stack = Stack(directory, redis_ports[0], kafka_port)
     try:
-        stack.redis_pid = _start_redis(directory, redis_port)
-        stack.save()
-        _wait_redis(redis_port, stack.redis_pid, directory / "redis.log")
+        if redis_cluster > 1:
+            start_redis_cluster(directory, redis_ports, stack)
+        else:
+            stack.redis_pid = _start_redis(directory, redis_port)
+            stack.save()
+            _wait_redis(redis_port, stack.redis_pid, directory / "redis.log")
         stack.kafka_pid = _start_tansu(directory, kafka_port)
         stack.save()
         _wait_tcp(kafka_port, stack.kafka_pid, directory / "tansu.log", "the Tansu broker")
@@ -312,9 +418,14 @@ def stack_healthy(stack: Stack) -> dict[str, bool]:
 
     ok = {"redis": False, "kafka": False}
     try:
-        r = redis.Redis(port=stack.redis_port, socket_timeout=1)
-        ok["redis"] = bool(r.ping())
-        r.close()
+        answers = []
+        for port in stack.redis_ports:
+            r = redis.Redis(port=port, socket_timeout=1)
+            answers.append(bool(r.ping()))
+            if stack.cluster:
+                answers.append(_cluster_info(r).get("cluster_state") == "ok")
+            r.close()
+        ok["redis"] = all(answers)
     except redis.exceptions.RedisError:
         pass
     with socket.socket() as s:
@@ -327,14 +438,82 @@ def default_dir() -> Path:
     return Path(os.environ.get("GAAMA_DEV_DIR", ".gaama/dev")).resolve()
 
 
-def up(directory: Path, redis_port: int, kafka_port: int, partitions: int) -> Stack:
+def up(
+    directory: Path, redis_port: int, kafka_port: int, partitions: int, redis_cluster: int = 1
+) -> Stack:
     existing = Stack.load(directory)
     if existing is not None:
         health = stack_healthy(existing)
-        if all(health.values()):
+        shape = len(existing.redis_ports) if existing.cluster else 1
+        if all(health.values()) and shape == redis_cluster:
             asyncio.run(create_topics(existing.kafka_bootstrap, partitions))
             return existing
         existing.stop()
     if partitions < 1:
         raise ConfigError("--partitions must be ≥ 1")
-    return start_stack(directory, redis_port, kafka_port, partitions)
+    return start_stack(directory, redis_port, kafka_port, partitions, redis_cluster=redis_cluster)
+
+
+def move_slot(port: int, slot: int, to_port: int, batch: int = 100) -> int:
+    """Move ``slot`` from the primary on ``port`` to the one on ``to_port`` the way ``redis-cli
+    --cluster reshard`` does (:func:`begin_slot_move`, :func:`migrate_slot_keys` until none is
+    left, :func:`finish_slot_move`); returns the number of keys moved. Writes to the slot go on
+    meanwhile: a key already moved is answered with ASK, a transaction over moved and unmoved
+    keys with TRYAGAIN, until the slot is handed over."""
+    begin_slot_move(port, slot, to_port)
+    moved = 0
+    while n := migrate_slot_keys(port, slot, to_port, batch):
+        moved += n
+    finish_slot_move(port, slot, to_port)
+    return moved
+
+
+def begin_slot_move(port: int, slot: int, to_port: int) -> None:
+    """CLUSTER SETSLOT IMPORTING on the new owner, MIGRATING on the old one."""
+    import redis
+
+    with redis.Redis(port=port) as source, redis.Redis(port=to_port) as target:
+        _cmd(target, "CLUSTER", "SETSLOT", slot, "IMPORTING", _node_id(source))
+        _cmd(source, "CLUSTER", "SETSLOT", slot, "MIGRATING", _node_id(target))
+
+
+def migrate_slot_keys(port: int, slot: int, to_port: int, count: int) -> int:
+    """MIGRATE up to ``count`` keys of ``slot`` to the new owner; how many were moved."""
+    import redis
+
+    with redis.Redis(port=port) as source:
+        keys = _cmd(source, "CLUSTER", "GETKEYSINSLOT", slot, count)
+        if keys:
+            _cmd(source, "MIGRATE", "127.0.0.1", to_port, "", 0, 5000, "KEYS", *keys)
+        return len(keys)
+
+
+def finish_slot_move(port: int, slot: int, to_port: int) -> None:
+    """CLUSTER SETSLOT NODE on every primary: the new owner first, then the old one, then the
+    rest (as redis-cli does)."""
+    import redis
+
+    with redis.Redis(port=port) as source, redis.Redis(port=to_port) as target:
+        new_owner = _node_id(target)
+        primaries = [
+            int(f[1].split("@")[0].rsplit(":", 1)[1])
+            for f in (line.split() for line in _cluster_nodes(source))
+            if "master" in f[2]
+        ]
+    for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
+        with redis.Redis(port=node_port) as node:
+            _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", new_owner)
+
+
+def _node_id(client: Any) -> str:
+    raw = _cmd(client, "CLUSTER", "MYID")
+    return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _cmd(client: Any, *args: Any) -> Any:
+    return client.execute_command(*args)
+
+
+def _cluster_nodes(client: Any) -> list[str]:
+    raw = client.execute_command("CLUSTER", "NODES")
+    return (raw.decode() if isinstance(raw, bytes) else str(raw)).splitlines()

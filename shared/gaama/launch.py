@@ -36,6 +36,7 @@ def settings_env(settings: Settings) -> dict[str, str]:
     """The ``GAAMA_*`` variables that put a child process in ``settings``' namespace."""
     return {
         "GAAMA_REDIS_URL": settings.redis_url,
+        "GAAMA_REDIS_CLUSTER": "true" if settings.redis_cluster else "false",
         "GAAMA_KAFKA_BOOTSTRAP": settings.kafka_bootstrap,
         "GAAMA_KEY_PREFIX": settings.key_prefix,
         "GAAMA_INDEX_NAME": settings.index_name,

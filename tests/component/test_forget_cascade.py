@@ -18,6 +18,7 @@ from gaama.model import NodeKind
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from tests.support.redis_state import tenant_keys
 from tests.support.stream import Stream, record
 
 pytestmark = pytest.mark.requires_stack
@@ -178,7 +179,7 @@ async def test_a_shared_fact_survives_with_pruned_provenance(
     await stream.run(as_records(turns("acme", "c1", [*C1, shared]) + turns("acme", "c2", C2)))
     ev = await forget(stream, "acme", "conversation", "c1")
     await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
-    nodes = await graph.redis.keys(graph.keys.node("acme", "fa_*"))
+    nodes = await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
     facts = [await graph.redis.hgetall(k) for k in nodes]
     bowl = [f for f in facts if b"blue bowl" in f[b"text"]]
     assert bowl, "the fact both conversations support must survive"
@@ -239,5 +240,5 @@ async def test_extraction_of_forgotten_episodes_is_dropped(
 
     stream.extract.d.extractor.extract = slow_extract  # type: ignore[method-assign]
     assert await stream.extract.close("acme", "c1", "idle") is None
-    assert episodes and not await graph.redis.keys(graph.keys.node("acme", "fa_*"))
+    assert episodes and not await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
     assert not await graph.existing("acme", episodes)

@@ -17,6 +17,7 @@ from services.extract.app import outbox_task
 from services.reflect import handlers as reflect
 from services.runtime.records import BatchResult
 from tests.component.test_forget_cascade import C1, as_records, turns
+from tests.support.redis_state import tenant_keys
 from tests.support.stream import Stream, _records, record
 
 pytestmark = pytest.mark.requires_stack
@@ -64,4 +65,4 @@ async def test_a_forgotten_chunk_leaves_no_outbox_entry(settings, graph, index, 
     )
     await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
     assert await stream.outbox.stale(time.time() + 1) == []
-    assert not await graph.redis.keys(graph.keys.state("acme", "outbox", "*"))
+    assert not await tenant_keys(graph, "acme", graph.keys.state("acme", "outbox", "*"))

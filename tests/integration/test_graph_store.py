@@ -444,7 +444,7 @@ async def test_a_node_with_its_vector_is_stored_as_a_listpack(
 
 
 async def test_read_during_sends_the_request_before_the_work(
-    graph: GraphStore, redis_client, settings
+    graph: GraphStore, redis_client, settings, keys
 ):
     """``read_vectors_during`` writes its request before ``work`` runs (Redis has executed it by
     the time another connection asks), returns work's result with the same read as
@@ -457,6 +457,9 @@ async def test_read_during_sends_the_request_before_the_work(
     await graph.write(t, nodes, [])
     ids = [n.id for n in nodes]
     probe = redis.Redis.from_url(settings.redis_url)
+    if settings.redis_cluster:  # the primary holding the tenant's slot runs the script
+        node = redis.RedisCluster.from_url(settings.redis_url).get_node_from_key(keys.node(t, ""))
+        probe = redis.Redis(host=node.host, port=node.port)
 
     def evalsha_calls() -> int:
         return int(probe.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))

@@ -319,6 +319,7 @@ async def _wait_indexed(index: VectorIndex, tenant: str, want: int) -> None:
         await asyncio.sleep(0.05)
 
 
+@pytest.mark.single_redis  # the old layout was never written on a cluster
 async def test_old_layout_is_refused_then_migrated(
     world: World, graph: GraphStore, settings: Settings, embedder: MiniLMEmbedder
 ) -> None:

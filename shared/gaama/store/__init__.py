@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 
 
-def connect(url: str, **options: Any) -> aioredis.Redis:
+def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redis:
     """An async Redis client for GAAMA's stores.
 
     RESP2 is asked for explicitly: redis-py 8 negotiates RESP3 by default, which parses the
     search path's replies (FT.SEARCH results, nested script arrays) more slowly on this
     project's queries, and RedisVL's result processing expects RESP2 shapes.
+
+    With ``cluster`` (``GAAMA_REDIS_CLUSTER``) the client is redis-py's cluster client
+    (:class:`gaama.store.cluster.ClusterClient`) seeded from ``url``: it offers the commands the
+    stores use under the same names and routes each to the primary holding its keys' slot; what
+    needs a chosen primary (searches, scans, fsync waits) goes through :mod:`gaama.store.cluster`.
     """
+    if cluster:
+        from gaama.store.cluster import ClusterClient
+
+        client = ClusterClient.from_url(url, protocol=2, **options)
+        return cast(aioredis.Redis, client)
     return aioredis.Redis.from_url(url, protocol=2, **options)

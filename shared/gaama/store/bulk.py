@@ -17,11 +17,11 @@ import numpy as np
 
 from gaama.errors import ValidationError
 from gaama.model import Edge, Node
+from gaama.store import cluster
 from gaama.store.codecs import as_text, node_mapping, vector_fields
 from gaama.store.errors import store_errors
 from gaama.store.graph import GraphStore
 
-_SCAN_COUNT = 1000
 _UNLINK_BATCH = 1000
 
 
@@ -108,8 +108,8 @@ class BulkLoader:
         counts: dict[str, int] = {}
         redis = self.graph.redis
         with store_errors():
-            async for key in redis.scan_iter(
-                match=f"{self.keys.adj_prefix(tenant)}*", count=_SCAN_COUNT
+            async for key in cluster.scan_keys(
+                redis, f"{self.keys.adj_prefix(tenant)}*", near=self.keys.degrees(tenant)
             ):
                 for value in (await redis.hgetall(key)).values():
                     kind, direction, _ = as_text(value).split("|")
@@ -128,7 +128,7 @@ class BulkLoader:
         removed = 0
         batch: list[bytes] = []
         with store_errors():
-            async for key in redis.scan_iter(match=f"{self.keys.prefix}:*", count=_SCAN_COUNT):
+            async for key in cluster.scan_keys(redis, f"{self.keys.prefix}:*"):  # every primary
                 batch.append(key)
                 if len(batch) >= _UNLINK_BATCH:
                     removed += await redis.unlink(*batch)

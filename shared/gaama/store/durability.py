@@ -9,16 +9,21 @@ every write of the batch had been answered — is fsynced, so is everything befo
 connection wrote it. ``replicas`` also waits for that many replicas' AOF.
 
 What each mode guarantees is in docs/operations.md ("Delivery guarantees").
+
+On Redis Cluster every primary keeps its own AOF: the wait writes a marker on each primary (a key
+whose hash tag is a slot that primary holds) and waits for each, all at once.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import asyncio
+from typing import Any, Literal
 
 import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from gaama.errors import ConfigError, StoreUnavailable
+from gaama.store import cluster
 from gaama.store.errors import store_errors
 
 Mode = Literal["none", "aof", "replicas"]
@@ -49,12 +54,18 @@ class Durability:
         """
         if self.mode == "none":
             return
-        pipe = self.redis.pipeline(transaction=False)  # one connection: marker, then WAITAOF
-        pipe.incr(self.marker_key)
-        pipe.execute_command("WAITAOF", 1, self.replicas, self.timeout_ms)
         try:
             with store_errors():
-                _, (local, replicas) = await pipe.execute()
+                if cluster.is_cluster(self.redis):
+                    await cluster.initialized(self.redis)
+                    nodes = cluster.primaries(self.redis)
+                    acks = await asyncio.gather(*(self._wait_on(node) for node in nodes))
+                else:
+                    pipe = self.redis.pipeline(transaction=False)  # one link: marker, WAITAOF
+                    pipe.incr(self.marker_key)
+                    pipe.execute_command("WAITAOF", 1, self.replicas, self.timeout_ms)
+                    _, ack = await pipe.execute()
+                    acks = [ack]
         except ResponseError as exc:
             if "appendonly" in str(exc).lower():
                 raise ConfigError(
@@ -63,6 +74,23 @@ class Durability:
                     "a Redis crash"
                 ) from None
             raise
+        for local, replicas in acks:
+            self._check(local, replicas)
+
+    async def _wait_on(self, node: Any) -> Any:
+        """Marker and WAITAOF on one primary of a cluster, on one connection."""
+        marker = f"{self.marker_key}{{{cluster.node_tag(self.redis, node)}}}"
+        wait = ["WAITAOF", 1, self.replicas, self.timeout_ms]
+        written, ack = await cluster.on_node(node, ["INCR", marker], wait)
+        for reply in (written, ack):
+            if isinstance(reply, ResponseError):
+                if cluster.redirected(reply):  # the slot map changed: read it again, then retry
+                    await cluster.refresh(self.redis)
+                    raise StoreUnavailable(f"Redis Cluster slots moved: {reply}")
+                raise reply
+        return ack
+
+    def _check(self, local: Any, replicas: Any) -> None:
         if int(local) < 1 or int(replicas) < self.replicas:
             raise StoreUnavailable(
                 f"Redis did not confirm the fsync within {self.timeout_ms} ms "

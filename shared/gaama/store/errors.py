@@ -8,7 +8,9 @@ the consumer stalls, nothing is dead-lettered) or a real bug. What counts as an 
   and ``OSError`` — which includes the builtin ``TimeoutError`` — from the socket layer);
 - the server answered "not now": ``LOADING`` (restarting from its AOF/RDB), ``READONLY`` (a
   replica during a failover), ``BUSY`` (a long script), ``TRYAGAIN`` / ``CLUSTERDOWN`` /
-  ``MASTERDOWN`` (cluster resharding or failover), ``OOM`` (full under ``noeviction``).
+  ``MASTERDOWN`` (cluster resharding or failover), ``OOM`` (full under ``noeviction``);
+- on Redis Cluster, redirections that did not settle (redis-py's ``ClusterError``, "TTL
+  exhausted", while a slot is being migrated) and a slot no primary holds yet.
 
 Any other reply (a wrong type, a syntax error, an unknown index) is a bug or poison input and
 propagates unchanged.
@@ -23,9 +25,11 @@ from contextlib import contextmanager
 from redis.exceptions import (
     BusyLoadingError,
     ClusterDownError,
+    ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
     ResponseError,
+    SlotNotCoveredError,
     TryAgainError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -65,6 +69,8 @@ def is_outage(exc: BaseException) -> bool:
     wrong. ``BusyLoadingError`` (LOADING) is a connection error in redis-py."""
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | OSError):
         return True
+    if isinstance(exc, ClusterError | SlotNotCoveredError):
+        return True
     return isinstance(exc, ResponseError) and transient_reply(exc)
 
 
@@ -77,7 +83,14 @@ def store_errors() -> Iterator[None]:
         yield
     except StoreUnavailable:
         raise
-    except (RedisConnectionError, RedisTimeoutError, ResponseError, OSError) as exc:
+    except (
+        RedisConnectionError,
+        RedisTimeoutError,
+        ResponseError,
+        OSError,
+        ClusterError,
+        SlotNotCoveredError,
+    ) as exc:
         if not is_outage(exc):
             raise
         raise StoreUnavailable(f"Redis unavailable: {type(exc).__name__}: {exc}") from exc

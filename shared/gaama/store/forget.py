@@ -30,7 +30,7 @@ import redis.asyncio as aioredis
 
 from gaama import ids
 from gaama.model import NodeKind
-from gaama.store import scripts
+from gaama.store import cluster, scripts
 from gaama.store.codecs import as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
@@ -228,7 +228,8 @@ class ForgetStore:
         gone = 0
         with store_errors():
             for pattern in self.keys.tenant_patterns(tenant):
-                async for raw in self.redis.scan_iter(match=pattern, count=1000):
+                near = self.keys.degrees(tenant)  # on a cluster: the tenant's primary only
+                async for raw in cluster.scan_keys(self.redis, pattern, near=near):
                     key = as_text(raw)
                     if key.startswith(keep):
                         continue
@@ -345,7 +346,8 @@ class ForgetStore:
         prefix = self.keys.node(tenant, "")
         match = f"{prefix}{ids.kind_prefix(NodeKind.EPISODE)}_*"
         return [
-            as_text(k)[len(prefix) :] async for k in self.redis.scan_iter(match=match, count=1000)
+            as_text(k)[len(prefix) :]
+            async for k in cluster.scan_keys(self.redis, match, near=self.keys.degrees(tenant))
         ]
 
     async def _fields(

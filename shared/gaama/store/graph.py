@@ -19,7 +19,7 @@ from redis.exceptions import WatchError
 from gaama.errors import NodesGone, ValidationError
 from gaama.ids import kind_of
 from gaama.model import EDGE_ENDPOINTS, Edge, Neighbour, Node, NodeKind
-from gaama.store import scripts
+from gaama.store import cluster, scripts
 from gaama.store.codecs import (
     NEXT_STORED_WEIGHT,
     VECTOR_FIELD,
@@ -244,7 +244,8 @@ class GraphStore(SubgraphReads):
         with store_errors():
             for pattern in self.keys.tenant_patterns(tenant):
                 batch: list[bytes] = []
-                async for key in self.redis.scan_iter(match=pattern, count=1000):
+                near = self.keys.degrees(tenant)  # on a cluster: the tenant's primary only
+                async for key in cluster.scan_keys(self.redis, pattern, near=near):
                     batch.append(key)
                     if len(batch) >= 1000:
                         n += await self.redis.unlink(*batch)

@@ -15,6 +15,9 @@ written by an old writer after step 2 has no digests and could not be found). Po
 index name instead, step 1 does nothing, the old index keeps serving, and running it again after
 the services have moved to the new name picks up what old writers wrote meanwhile
 (docs/operations.md, "Index schema changes").
+
+On Redis Cluster the scan and the wait cover every primary (each has its own index); no index of
+the old layout can exist there (the code that wrote it never ran on a cluster).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from gaama import ids
+from gaama.store import cluster
 from gaama.store.codecs import TAG_FIELDS, as_text
 from gaama.store.errors import store_errors
 from gaama.store.vectors import VectorIndex, has_exact_tags
@@ -65,26 +69,34 @@ async def migrate_index(
     """
     report = MigrationReport()
     with store_errors():
-        info = await _info(redis, index.name)
+        info = None if cluster.is_cluster(redis) else await _info(redis, index.name)
         if info is not None and not has_exact_tags(info):
             await redis.execute_command("FT.DROPINDEX", index.name)  # type: ignore[no-untyped-call]
             report.dropped_old_index = True
             progress(f"dropped the old definition of {index.name!r} (documents kept)")
-        cursor = 0
-        while True:
-            cursor, found = await redis.scan(
-                cursor, match=f"{index.keys.node_prefix}*", count=batch
-            )
-            if found:
-                report.nodes_updated += await _backfill(redis, [as_text(k) for k in found])
-                report.nodes_seen += len(found)
-            if report.nodes_seen and (cursor == 0 or report.nodes_seen % (batch * 20) < batch):
-                progress(f"nodes checked: {report.nodes_seen}, updated: {report.nodes_updated}")
-            if cursor == 0:
-                break
+        found: list[str] = []
+        async for key in cluster.scan_keys(redis, f"{index.keys.node_prefix}*"):
+            found.append(as_text(key))
+            if len(found) >= batch:
+                await _backfill_batch(redis, found, report, batch, progress)
+                found = []
+        await _backfill_batch(redis, found, report, batch, progress)
+        if report.nodes_seen:
+            progress(f"nodes checked: {report.nodes_seen}, updated: {report.nodes_updated}")
     await index.ensure()
-    report.indexed = await _wait_indexed(redis, index.name, progress)
+    report.indexed = await _wait_indexed(index, progress)
     return report
+
+
+async def _backfill_batch(
+    redis: aioredis.Redis, found: list[str], report: MigrationReport, batch: int, progress: Progress
+) -> None:
+    if not found:
+        return
+    report.nodes_updated += await _backfill(redis, found)
+    report.nodes_seen += len(found)
+    if report.nodes_seen % (batch * 20) < batch:
+        progress(f"nodes checked: {report.nodes_seen}, updated: {report.nodes_updated}")
 
 
 async def _info(redis: aioredis.Redis, name: str) -> Any:
@@ -118,18 +130,18 @@ async def _backfill(redis: aioredis.Redis, keys: list[str]) -> int:
     return updated
 
 
-async def _wait_indexed(redis: aioredis.Redis, name: str, progress: Progress) -> int:
+async def _wait_indexed(index: VectorIndex, progress: Progress) -> int:
     last = ""
     while True:
         with store_errors():
-            info = _flat(await _info(redis, name))
-        docs = int(float(info.get("num_docs", 0)))
-        done = float(info.get("percent_indexed", 1))
+            infos = [_flat(i) for i in await index.infos()]
+        docs = sum(int(float(i.get("num_docs", 0))) for i in infos)
+        done = min((float(i.get("percent_indexed", 1)) for i in infos), default=1.0)
         line = f"indexed {done:.0%} ({docs} documents)"
         if line != last:
             progress(line)
             last = line
-        if done >= 1.0 and str(info.get("indexing", "0")) in ("0", "0.0"):
+        if done >= 1.0 and all(str(i.get("indexing", "0")) in ("0", "0.0") for i in infos):
             return docs
         await asyncio.sleep(_POLL_S)
 

@@ -15,13 +15,13 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import redis.asyncio as aioredis
+from redis.exceptions import AskError, MovedError, NoScriptError
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from gaama.ids import kind_prefix
 from gaama.model import STORED_WEIGHT_POWER, EdgeKind, NodeKind
-from gaama.store import scripts
+from gaama.store import cluster, scripts
 from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
@@ -187,14 +187,26 @@ class SubgraphReads:
         ``work`` starts. (A task that awaits the client's own call, started beside ``work``,
         needs two turns of the event loop before it writes, so ``work`` would run first.)
         """
-        pool = self.redis.connection_pool
-        conn = await pool.get_connection()  # type: ignore[no-untyped-call]
+        node = None
+        if cluster.is_cluster(self.redis):
+            await cluster.initialized(self.redis)
+            node = cluster.owner(self.redis, keys[0])
+        if node is not None:  # Redis Cluster: a connection to the primary holding the keys
+            conn = node.acquire_connection()
+        else:
+            conn = await self.redis.connection_pool.get_connection()  # type: ignore[no-untyped-call]
         ran = False
         try:
             try:
                 await conn.send_command("EVALSHA", script.sha, len(keys), *keys, *args)
                 done, ran = work(), True
                 reply = await _script_reply(conn, script, keys, args)
+            except (MovedError, AskError):
+                # The slot moved (or is moving) since the client read the slot map: the
+                # client's own call follows the redirection.
+                if not ran:
+                    done, ran = work(), True
+                reply = await script(keys=keys, args=args)
             except (RedisConnectionError, RedisTimeoutError):
                 # A pooled connection Redis has dropped (a restart, an idle timeout) fails here,
                 # at the first write or read. The script only reads: reconnect and run it again
@@ -211,7 +223,10 @@ class SubgraphReads:
             await conn.disconnect()
             raise
         finally:
-            await pool.release(conn)
+            if node is not None:
+                node.release(conn)
+            else:
+                await self.redis.connection_pool.release(conn)
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
         """Source turns of each node of ``tenant`` in ``ids`` as ``(episode id, external turn

@@ -8,6 +8,9 @@ Scopes are filtered on digests (``tenant_tag``, ``conversation_tag``, ``subject_
 :func:`gaama.ids.tag`), never on the caller's strings: a TAG field folds case and splits on
 its separator, so ``T1`` matched ``t1`` and ``a`` matched ``a,b`` in the first layout. Indexes
 of that layout are refused at start-up until ``gaama migrate index`` has rebuilt them.
+
+On Redis Cluster the index is one per primary and a tenant's searches go to the tenant's primary
+(:mod:`gaama.store.node_indexes`); what spans tenants (``count()`` of all) adds up every primary.
 """
 
 from __future__ import annotations
@@ -28,9 +31,11 @@ from redisvl.schema import IndexSchema
 from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
+from gaama.store import cluster
 from gaama.store.codecs import TAG_FIELDS, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
+from gaama.store.node_indexes import NodeIndexes
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,9 +96,15 @@ class VectorIndex:
         self.name = name
         self.ef_runtime = ef_runtime
         self.redis = redis
-        self._index = AsyncSearchIndex(
-            index_schema(name, self.keys, dim), redis_client=redis, owns_client=False
-        )
+        schema = index_schema(name, self.keys, dim)
+        self._index = AsyncSearchIndex(schema, redis_client=redis, owns_client=False)
+        # On Redis Cluster: the index on every primary (None on a single server).
+        self._nodes: NodeIndexes | None = None
+        if cluster.is_cluster(redis):
+            create = ["ON", "HASH", "PREFIX", 1, self.keys.node_prefix, "SCHEMA"]
+            for f in schema.redis_fields:
+                create += f.redis_args()
+            self._nodes = NodeIndexes(redis, name, self.keys, create)
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -103,12 +114,21 @@ class VectorIndex:
             DimensionMismatch: the index holds vectors of another dimension.
         """
         try:
+            if self._nodes is not None:
+                for _, info in await self._nodes.each("FT.INFO", create=True):
+                    self._check_info(info)
+                return
             if not await self._index.exists():
                 await self._index.create(overwrite=False)
                 return
             info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
+        self._check_info(info)
+
+    def _check_info(self, info: Any) -> None:
+        if isinstance(info, ResponseError):
+            raise info
         if not has_exact_tags(info):
             raise ConfigError(
                 f"index {self.name!r} uses the old tag layout, which matches tenants, "
@@ -123,7 +143,10 @@ class VectorIndex:
             )
 
     async def ready(self) -> bool:
+        """Whether the index exists (on a cluster: on every primary)."""
         try:
+            if self._nodes is not None:
+                return await self._nodes.ready()
             return bool(await self._index.exists())
         except (RedisConnectionError, RedisTimeoutError, OSError):
             return False
@@ -150,27 +173,47 @@ class VectorIndex:
             flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
         ef = max(self.ef_runtime, k)
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
-        return await self._search(f"({flt}){knn}", vector, k, fields)
+        return await self._search(tenant, f"({flt}){knn}", vector, k, fields)
+
+    async def _ft_search(self, tenant: str, tail: Sequence[Any]) -> list[Any]:
+        """``FT.SEARCH <index> *tail`` where ``tenant``'s nodes are: one reply, or on a cluster
+        two while the tenant's slot moves between primaries (the caller merges them)."""
+        if self._nodes is not None:
+            return await self._nodes.search(tenant, tail)
+        return [await self.redis.execute_command("FT.SEARCH", self.name, *tail)]  # type: ignore[no-untyped-call]
 
     async def _search(
-        self, query: str, vector: Sequence[float] | np.ndarray, limit: int, fields: Sequence[str]
+        self,
+        tenant: str,
+        query: str,
+        vector: Sequence[float] | np.ndarray,
+        limit: int,
+        fields: Sequence[str],
     ) -> list[Hit]:
         # A raw command: on this hot path RedisVL's and redis-py's query and result objects
         # cost more than the search itself.
         returned = [_DIST, "kind", *(f for f in fields if f not in (_DIST, "kind"))]
-        args: list[Any] = ["FT.SEARCH", self.name, query]
-        args += ["RETURN", len(returned), *returned, "SORTBY", _DIST]
+        # On a cluster the Query Engine loads no field of a document outside its index name's
+        # slot (measured: the row comes back empty): only the distance is asked for, and the
+        # fields are read from the node hashes after (NodeIndexes.load).
+        asked = [_DIST] if self._nodes is not None else returned
+        args: list[Any] = [query, "RETURN", len(asked), *asked, "SORTBY", _DIST]
         args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
             with store_errors():  # unreachable or transient: StoreUnavailable
-                reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
+                replies = await self._ft_search(tenant, args)
         except ResponseError as exc:  # a permanent error: a missing index is an outage too
             if "no such index" in str(exc).lower():
                 raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
             raise
+        docs = [d for reply in replies for d in _documents(reply)]
+        if len(replies) > 1:  # a tenant being moved between primaries: merge by distance
+            docs = sorted(docs, key=lambda d: float(d[1].get(_DIST) or "inf"))[:limit]
+        if self._nodes is not None:
+            docs = await self._nodes.load(docs, returned[1:])
         hits = []
-        for key, row in _documents(reply):
+        for key, row in docs:
             kind = row.pop("kind", "")
             dist = row.pop(_DIST, "")
             if not kind or not dist:  # not a node of ours (no kind) or no vector
@@ -214,19 +257,59 @@ class VectorIndex:
         out: list[tuple[str, NodeKind, dict[str, str]]] = []
         page = 1000 if limit is None else limit
         offset = 0
+        if self._nodes is not None:
+            return await self._scan_cluster(tenant, q, returned, limit)
+        merged = False
         while True:
-            args: list[Any] = ["FT.SEARCH", self.name, q, "RETURN", len(returned), *returned]
+            args: list[Any] = [q, "RETURN", len(returned), *returned]
             args += ["SORTBY", "time", "ASC", "LIMIT", offset, page, "DIALECT", 2]
             with store_errors():
-                reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
-            docs = _documents(reply)
-            for key, row in docs:
-                kind = row.get("kind", "")
-                if kind:
-                    out.append((self.keys.id_from_node_key(key), NodeKind(kind), row))
-            if limit is not None or len(docs) < page:
+                replies = await self._ft_search(tenant, args)
+            merged = merged or len(replies) > 1
+            full = False
+            for reply in replies:
+                docs = _documents(reply)
+                full = full or len(docs) == page
+                for key, row in docs:
+                    kind = row.get("kind", "")
+                    if kind:
+                        out.append((self.keys.id_from_node_key(key), NodeKind(kind), row))
+            if limit is not None or not full:
+                if merged:  # a tenant being moved between primaries: both halves in time order
+                    out.sort(key=lambda r: float(r[2].get("time") or 0))
+                    out = out[:limit] if limit is not None else out
                 return out
             offset += page
+
+    async def _scan_cluster(
+        self, tenant: str, query: str, returned: list[str], limit: int | None
+    ) -> list[tuple[str, NodeKind, dict[str, str]]]:
+        """:meth:`scan` on a cluster: the Query Engine can neither load nor sort by the fields
+        of documents outside its index name's slot, so every match's key is listed, its fields
+        read from the hashes, and the rows sorted by time here."""
+        keys: list[str] = []
+        offset, page = 0, 1000
+        while True:
+            with store_errors():
+                replies = await self._ft_search(
+                    tenant, [query, "NOCONTENT", "LIMIT", offset, page, "DIALECT", 2]
+                )
+            found = [[as_text(k) for k in reply[1:]] for reply in replies]
+            for batch in found:
+                keys += batch
+            if all(len(batch) < page for batch in found):
+                break
+            offset += page
+        assert self._nodes is not None
+        with store_errors():
+            docs = await self._nodes.load([(k, {}) for k in dict.fromkeys(keys)], returned)
+        rows = [
+            (self.keys.id_from_node_key(key), NodeKind(row["kind"]), row)
+            for key, row in docs
+            if row.get("kind")
+        ]
+        rows.sort(key=lambda r: (float(r[2].get("time") or 0), r[0]))
+        return rows if limit is None else rows[:limit]
 
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
@@ -237,16 +320,36 @@ class VectorIndex:
                 q += f" @{TAG_FIELDS['tenant']}:{{{ids.tag(tenant)}}}"
             try:
                 with store_errors():
-                    res = await self.redis.execute_command(  # type: ignore[no-untyped-call]
-                        "FT.SEARCH", self.name, q, "LIMIT", 0, 0
-                    )
+                    replies = await self._count_replies(tenant, q)
             except ResponseError:  # no index yet: nothing indexed
-                res = [0]
-            total = res.get(b"total_results", 0) if isinstance(res, dict) else res[0]
-            out[kind.value] = int(total)
+                replies = [[0]]
+            out[kind.value] = sum(
+                int(r.get(b"total_results", 0) if isinstance(r, dict) else r[0]) for r in replies
+            )
         return out
 
+    async def _count_replies(self, tenant: str | None, query: str) -> list[Any]:
+        tail = [query, "LIMIT", 0, 0]
+        if self._nodes is None or tenant:
+            return await self._ft_search(tenant or "", tail)
+        # Every tenant: each primary's own count (a missing index counts nothing).
+        replies = [r for _, r in await self._nodes.each("FT.SEARCH", *tail)]
+        return [r for r in replies if not isinstance(r, ResponseError)]
+
+    async def infos(self) -> list[Any]:
+        """FT.INFO of the index (on a cluster: of each primary's)."""
+        if self._nodes is not None:
+            return [info for _, info in await self._nodes.each("FT.INFO")]
+        return [await self.redis.execute_command("FT.INFO", self.name)]  # type: ignore[no-untyped-call]
+
     async def drop(self) -> None:
+        """Remove the index definition (on a cluster: from every primary), keeping the nodes."""
+        if self._nodes is not None:
+            for name, reply in await self._nodes.each("FT.DROPINDEX"):
+                if isinstance(reply, ResponseError):
+                    raise reply
+                self._nodes.forget(name)
+            return
         await self._index.delete(drop=False)
 
 
