@@ -26,7 +26,9 @@ from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime.logs import limit_repeats
 from services.runtime.readiness import stores_ready
+from services.runtime.shutdown import start_watchdog
 from services.runtime.worker import StageApp
 
 log = logging.getLogger("gaama.runtime")
@@ -93,9 +95,17 @@ class GracefulWorker(faust.Worker):
         super().__init__(app, **kwargs)
         self.drain = app.drain
 
+    async def on_execute(self) -> None:
+        await super().on_execute()
+        # faust has configured logging by now: hold back repeats of its own, mode's and the
+        # Kafka client's warnings (an outage logs every reconnect attempt, a slow timer every
+        # tick), as ingest's HTTP app does.
+        limit_repeats()
+
     # mode calls this once per process on the first SIGTERM/SIGINT; faust's stop, which
     # cancels the agent, comes only after the batch in hand is done or its deadline passed.
     async def _stop_on_signal(self, signal: signal.Signals) -> None:
+        start_watchdog(self.drain.grace_s)
         self.drain.begin()
         await self.drain.settle()
         await super()._stop_on_signal(signal)

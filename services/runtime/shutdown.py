@@ -36,6 +36,24 @@ def stop_reserve(grace_s: float) -> float:
     return min(15.0, max(5.0, grace_s / 4))
 
 
+def start_watchdog(grace_s: float) -> threading.Timer:
+    """End the process ``grace_s`` from now unless it has exited by then."""
+
+    def overrun() -> None:
+        log.error(
+            "shutdown still running %.0fs after SIGTERM (GAAMA_SHUTDOWN_GRACE_S); exiting now: "
+            "what was not committed is delivered again",
+            grace_s,
+        )
+        logging.shutdown()
+        os._exit(EXIT_SHUTDOWN_OVERRUN)
+
+    watchdog = threading.Timer(grace_s, overrun)
+    watchdog.daemon = True
+    watchdog.start()
+    return watchdog
+
+
 class Drain:
     """The batches a consumer has in flight, and the shutdown plan once SIGTERM came.
 
@@ -63,7 +81,7 @@ class Drain:
         return self.began_at + self.grace_s - stop_reserve(self.grace_s)
 
     def begin(self) -> None:
-        """SIGTERM: take no new batch; the watchdog ends the process at the grace's end."""
+        """SIGTERM: take no new batch."""
         if self.began_at is not None:
             return
         self.began_at = self.clock()
@@ -71,18 +89,6 @@ class Drain:
             "shutting down: finishing the batch in hand (up to %.1fs), then committing",
             self.grace_s - stop_reserve(self.grace_s),
         )
-        watchdog = threading.Timer(self.grace_s, self._overrun)
-        watchdog.daemon = True
-        watchdog.start()
-
-    def _overrun(self) -> None:
-        log.error(
-            "shutdown still running %.0fs after SIGTERM (GAAMA_SHUTDOWN_GRACE_S); exiting now: "
-            "what was not committed is delivered again",
-            self.grace_s,
-        )
-        logging.shutdown()
-        os._exit(EXIT_SHUTDOWN_OVERRUN)
 
     def _event(self) -> asyncio.Event:
         if self._idle is None:
