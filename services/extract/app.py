@@ -7,8 +7,6 @@ import time
 from collections.abc import Awaitable, Callable
 from functools import partial
 
-import faust
-
 from gaama.events import TOPIC_EPISODES, FactsExtracted, decode
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.metrics import StageMetrics
@@ -17,7 +15,8 @@ from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
 from services.runtime.bootstrap import Service
 from services.runtime.records import BatchResult
-from services.runtime.worker import add_ops_pages, stage_app
+from services.runtime.stall import Stall
+from services.runtime.worker import StageApp, add_ops_pages, stage_app
 
 log = logging.getLogger("gaama.extract")
 
@@ -25,7 +24,10 @@ Publish = Callable[[BatchResult, str], Awaitable[None]]
 
 
 def idle_chunks_task(
-    pipeline: ExtractionPipeline, publish: Publish, metrics: StageMetrics
+    pipeline: ExtractionPipeline,
+    publish: Publish,
+    metrics: StageMetrics,
+    stall: Stall | None = None,
 ) -> Periodic:
     """The idle-chunk timer's tick: close chunks idle for ``chunk_idle_s`` and publish their
     facts. A failed tick (Redis or the broker away) leaves the chunk open in Redis and is retried
@@ -38,11 +40,15 @@ def idle_chunks_task(
             for e in done:
                 metrics.stored.labels("fact").inc(len(e.new_fact_ids))
 
-    return Periodic("idle_chunks", close_idle, metrics.task_failures)
+    return Periodic("idle_chunks", close_idle, metrics.task_failures, stall=stall)
 
 
 def outbox_task(
-    outbox: Outbox, resend_s: float, publish: Publish, metrics: StageMetrics
+    outbox: Outbox,
+    resend_s: float,
+    publish: Publish,
+    metrics: StageMetrics,
+    stall: Stall | None = None,
 ) -> Periodic:
     """The outbox timer's tick: send again the facts events reflect has not handled within
     ``resend_s`` (a worker killed between a chunk's write and its publication)."""
@@ -57,12 +63,10 @@ def outbox_task(
                 "sent the facts of chunk %s again (not reflected in %.0fs)", chunk_id, resend_s
             )
 
-    return Periodic("outbox", resend, metrics.task_failures)
+    return Periodic("outbox", resend, metrics.task_failures, stall=stall)
 
 
-def build_app(
-    svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None = None
-) -> faust.App:
+def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None = None) -> StageApp:
     settings, metrics = svc.settings, svc.metrics
     app, publisher = stage_app(
         "extract",
@@ -75,14 +79,16 @@ def build_app(
     )
     add_ops_pages(app, svc.registry, svc.stores.ready, settings)
 
-    idle = idle_chunks_task(pipeline, publisher.publish, metrics)
+    idle = idle_chunks_task(pipeline, publisher.publish, metrics, app.stall)
 
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:
         await idle()
 
     if outbox is not None:
-        resend = outbox_task(outbox, settings.outbox_resend_s, publisher.publish, metrics)
+        resend = outbox_task(
+            outbox, settings.outbox_resend_s, publisher.publish, metrics, app.stall
+        )
 
         @app.timer(interval=max(1.0, settings.outbox_resend_s / 4))
         async def resend_outbox() -> None:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import sys
 
-import faust
-
 from gaama.extract.factory import build_extractor
 from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
 from gaama.metrics import llm_metrics
@@ -13,9 +11,10 @@ from gaama.store.chunks import ChunkStore
 from gaama.store.outbox import Outbox
 from services.extract.app import build_app
 from services.runtime.bootstrap import Service, serve
+from services.runtime.worker import StageApp
 
 
-def wire(svc: Service) -> faust.App:
+def wire(svc: Service) -> StageApp:
     settings, stores = svc.settings, svc.stores
     lm = llm_metrics("extract", svc.registry)
     extractor, _client = build_extractor(settings, lm)

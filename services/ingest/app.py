@@ -15,7 +15,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
 
-import faust
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from prometheus_client import CollectorRegistry, Counter
@@ -35,7 +34,8 @@ from services.runtime.http import (
 )
 from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
-from services.runtime.worker import serve_http, stage_app
+from services.runtime.stall import Stall
+from services.runtime.worker import StageApp, serve_http, stage_app, stage_ready
 
 log = logging.getLogger("gaama.ingest")
 
@@ -46,7 +46,7 @@ def build_app(
     metrics: StageMetrics,
     ready: ReadyCheck,
     producer: EventProducer,
-) -> faust.App:
+) -> StageApp:
     """The faust app: the turns consumer, and the HTTP app served on the worker's loop."""
     s = deps.settings
     app, _publisher = stage_app(
@@ -59,14 +59,21 @@ def build_app(
         batch_size=s.ingest_batch,
         window_s=s.ingest_batch_window_s,
     )
-    serve_http(app, create_http_app(deps, registry, ready, producer), s)
+    api = create_http_app(deps, registry, stage_ready(app, ready), producer, stall=app.stall)
+    serve_http(app, api, s)
     return app
 
 
 def create_http_app(
-    deps: IngestDeps, registry: CollectorRegistry, ready: ReadyCheck, producer: EventProducer
+    deps: IngestDeps,
+    registry: CollectorRegistry,
+    ready: ReadyCheck,
+    producer: EventProducer,
+    *,
+    stall: Stall | None = None,
 ) -> FastAPI:
-    """The ingest HTTP app (tests serve it in-process with any producer)."""
+    """The ingest HTTP app (tests serve it in-process with any producer); ``stall`` is the
+    consumer's outage state, shown by the health pages."""
     s = deps.settings
 
     @asynccontextmanager
@@ -103,7 +110,7 @@ def create_http_app(
     async def readiness() -> str | None:
         return await ready() or await producer.ready()
 
-    add_ops_routes(api, registry, readiness, s)
+    add_ops_routes(api, registry, readiness, s, stall=stall)
 
     @api.post("/v1/turns", status_code=202)
     async def post_turns(request: Request) -> JSONResponse:

@@ -5,15 +5,14 @@ from __future__ import annotations
 import logging
 import sys
 
-import faust
-
 from services.ingest.app import build_app
 from services.ingest.handlers import IngestDeps
 from services.runtime.bootstrap import Service, serve
 from services.runtime.producer import EventProducer
+from services.runtime.worker import StageApp
 
 
-def wire(svc: Service) -> faust.App:
+def wire(svc: Service) -> StageApp:
     settings, stores = svc.settings, svc.stores
     deps = IngestDeps(
         settings=settings,

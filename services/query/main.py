@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from types import FrameType
 from typing import Any
 
 import uvicorn
@@ -30,6 +32,7 @@ from services.query.handlers import Answerer, QueryDeps
 from services.query.memories import ForgetDeps
 from services.runtime.bootstrap import connect_stores
 from services.runtime.producer import EventProducer
+from services.runtime.shutdown import stop_reserve
 
 log = logging.getLogger("gaama.query")
 
@@ -101,26 +104,40 @@ def build(settings: Settings) -> FastAPI:
 MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
 
 
-def server_config(app: FastAPI, host: str, port: int) -> uvicorn.Config:
-    """The uvicorn configuration the service runs with (tests start the same)."""
+def server_config(app: FastAPI, host: str, port: int, grace_s: float = 30.0) -> uvicorn.Config:
+    """The uvicorn configuration the service runs with (tests start the same).
+
+    On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish;
+    those still running when the grace (``GAAMA_SHUTDOWN_GRACE_S``) less the stop reserve is up
+    are cancelled, so the process is gone before Kubernetes kills it.
+    """
     return uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level="info",
         h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
+        timeout_graceful_shutdown=max(1, round(grace_s - stop_reserve(grace_s))),
     )
+
+
+def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
+    # Before uvicorn serves (start-up) and after it has shut down: uvicorn hands the signal it
+    # handled back to the previous handler, which would otherwise end the process *by* SIGTERM.
+    raise SystemExit(0)
 
 
 def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         settings = load_settings()
         app = build(settings)
     except GaamaError as exc:  # bad config, Redis down, index of another dimension
         print(f"query: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    uvicorn.Server(server_config(app, settings.http_host, settings.query_port)).run()
+    config = server_config(app, settings.http_host, settings.query_port, settings.shutdown_grace_s)
+    uvicorn.Server(config).run()
     return 0
 
 

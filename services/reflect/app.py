@@ -4,17 +4,15 @@ from __future__ import annotations
 
 from functools import partial
 
-import faust
-
 from gaama.events import TOPIC_FACTS
 from gaama.extract.reflection import ReflectionPipeline
 from gaama.metrics import forget_metrics
 from services.reflect.handlers import handle
 from services.runtime.bootstrap import Service
-from services.runtime.worker import add_ops_pages, stage_app
+from services.runtime.worker import StageApp, add_ops_pages, stage_app
 
 
-def build_app(svc: Service, pipeline: ReflectionPipeline) -> faust.App:
+def build_app(svc: Service, pipeline: ReflectionPipeline) -> StageApp:
     settings = svc.settings
     handler = partial(
         handle,

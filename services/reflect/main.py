@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import sys
 
-import faust
-
 from gaama.extract.factory import build_extractor
 from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
 from gaama.metrics import llm_metrics
 from gaama.store.outbox import Outbox
 from services.reflect.app import build_app
 from services.runtime.bootstrap import Service, serve
+from services.runtime.worker import StageApp
 
 
-def wire(svc: Service) -> faust.App:
+def wire(svc: Service) -> StageApp:
     settings, stores = svc.settings, svc.stores
     extractor, _client = build_extractor(settings, llm_metrics("reflect", svc.registry))
     pipeline = ReflectionPipeline(

@@ -4,8 +4,8 @@ faust stops the whole worker when a timer raises ("Crashed reason=..."): a Redis
 idle-chunk timer's tick used to exit the extract service. A :class:`Periodic` runs one tick, and
 when it fails it counts the failure in ``gaama_<service>_task_failures_total{task, reason}``, logs
 it (the first failure at once, then at most once per ``log_every_s`` with the number held back),
-and returns: the next tick tries again. Work a failed tick left undone stays in Redis (an open
-chunk stays open), so nothing is lost by waiting.
+reports an outage to the stage's :class:`Stall`, and returns: the next tick tries again. Work a
+failed tick left undone stays in Redis (an open chunk stays open), so nothing is lost by waiting.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from gaama.errors import GaamaError
 from gaama.store.errors import is_outage
+from services.runtime.stall import Stall
 
 log = logging.getLogger("gaama.runtime")
 
@@ -46,8 +47,10 @@ class Periodic:
         *,
         log_every_s: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        stall: Stall | None = None,
     ) -> None:
         self.name = name
+        self.stall = stall
         self.tick = tick
         self.failures = failures
         self.log_every_s = log_every_s
@@ -65,6 +68,8 @@ class Periodic:
         except Exception as exc:  # noqa: BLE001 - counted and logged below
             self._failed(exc)
             return False
+        if self.stall is not None:
+            self.stall.ok(self.name)
         if self.failing:
             log.info("%s recovered after %d failed ticks", self.name, self.failing)
         self.failing = self._held_back = 0
@@ -74,6 +79,8 @@ class Periodic:
     def _failed(self, exc: Exception) -> None:
         reason = failure_reason(exc)
         self.failures.labels(self.name, reason).inc()
+        if self.stall is not None and reason != "error":  # an outage: waiting, not broken
+            self.stall.failed(self.name, reason, exc)
         self.failing += 1
         now = self.clock()
         if self._logged_at is not None and now - self._logged_at < self.log_every_s:

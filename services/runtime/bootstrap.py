@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import faust
 import redis.asyncio as aioredis
@@ -24,7 +26,10 @@ from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime.logs import limit_repeats
 from services.runtime.readiness import stores_ready
+from services.runtime.shutdown import start_watchdog
+from services.runtime.worker import StageApp
 
 log = logging.getLogger("gaama.runtime")
 
@@ -86,11 +91,35 @@ def connect_stores(settings: Settings, dim: int) -> Stores:
     )
 
 
-def run_worker(app: faust.App, stores: Stores, warm: Callable[[], None] | None = None) -> int:
+class GracefulWorker(faust.Worker):
+    """faust's worker, with SIGTERM (and SIGINT) draining the stage's batch before faust stops
+    the app (:mod:`services.runtime.shutdown`)."""
+
+    def __init__(self, app: StageApp, **kwargs: Any) -> None:
+        super().__init__(app, **kwargs)
+        self.drain = app.drain
+
+    async def on_execute(self) -> None:
+        await super().on_execute()
+        # faust has configured logging by now: hold back repeats of its own, mode's and the
+        # Kafka client's warnings (an outage logs every reconnect attempt, a slow timer every
+        # tick), as ingest's HTTP app does.
+        limit_repeats()
+
+    # mode calls this once per process on the first SIGTERM/SIGINT; faust's stop, which
+    # cancels the agent, comes only after the batch in hand is done or its deadline passed.
+    async def _stop_on_signal(self, signal: signal.Signals) -> None:
+        start_watchdog(self.drain.grace_s)
+        self.drain.begin()
+        await self.drain.settle()
+        await super()._stop_on_signal(signal)
+
+
+def run_worker(app: StageApp, stores: Stores, warm: Callable[[], None] | None = None) -> int:
     if warm is not None:
         warm()  # load the model before taking traffic, not on the first batch
     try:
-        faust.Worker(app, loglevel="INFO").execute_from_commandline()
+        GracefulWorker(app, loglevel="INFO").execute_from_commandline()
     except GaamaError as exc:
         log.error("stopped: %s", exc)
         return 2
@@ -112,7 +141,7 @@ class Service:
 
 def serve(
     name: str,
-    wire: Callable[[Service], faust.App],
+    wire: Callable[[Service], StageApp],
     tasks: Sequence[str] = ("consumer_lag",),
 ) -> int:
     """Start the stage ``name``: logging, settings (a bad one: the message and exit code 2),

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gaama.config import ApiKey, Settings
 from gaama.errors import GaamaError, LLMOutputError, NotFound, RetryableError, ValidationError
 from services.runtime.auth import Authenticator, AuthError, metrics_allowed
+from services.runtime.stall import Stall
 
 ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
 
@@ -197,11 +198,15 @@ def add_ops_routes(
     settings: Settings,
     *,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
+    stall: Stall | None = None,
 ) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` (not in the OpenAPI document).
 
     Args:
         before_scrape: Refreshes gauges before a scrape; it must not raise.
+        stall: A consumer stage's outage state: while it retries one, ``/healthz`` says
+            ``stalled`` (still 200: a restart would not help) and ``/readyz`` answers 503 with
+            the reason and since when.
     """
 
     @app.get("/metrics", include_in_schema=False)
@@ -212,12 +217,18 @@ def add_ops_routes(
             await before_scrape()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    def stalled() -> dict[str, str] | None:
+        now = stall.current() if stall is not None else None
+        return None if now is None else now.as_json()
+
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+        return stalled() or {"status": "ok"}
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
+        if (state := stalled()) is not None:
+            return JSONResponse(state, 503)
         reason = await ready()
         if reason is not None:
             return JSONResponse({"status": "not ready", "reason": reason}, 503)
@@ -225,9 +236,14 @@ def add_ops_routes(
 
 
 def ops_app(
-    service: str, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
+    service: str,
+    registry: CollectorRegistry,
+    ready: ReadyCheck,
+    settings: Settings,
+    *,
+    stall: Stall | None = None,
 ) -> FastAPI:
     """The HTTP app of a consumer without endpoints of its own: the ops routes only."""
     app = FastAPI(title=f"GAAMA {service}", openapi_url=None, docs_url=None, redoc_url=None)
-    add_ops_routes(app, registry, ready, settings)
+    add_ops_routes(app, registry, ready, settings, stall=stall)
     return app

@@ -73,10 +73,13 @@ async def _with_retries(
     max_retries: int,
     backoff: float,
     on_retry: Callable[[], None],
+    on_outage: Callable[[GaamaError], None] | None,
 ) -> BatchResult:
     def before_sleep(state: RetryCallState) -> None:
         on_retry()
         exc = state.outcome.exception() if state.outcome else None
+        if on_outage is not None and isinstance(exc, GaamaError) and exc.outage:
+            on_outage(exc)
         log.warning(
             "transient failure (%s), attempt %d, retrying in %.2fs: %s",
             getattr(exc, "reason", "?"),
@@ -102,10 +105,12 @@ async def process_batch(
     max_retries: int,
     backoff: float,
     on_retry: Callable[[], None] = lambda: None,
+    on_outage: Callable[[GaamaError], None] | None = None,
 ) -> BatchResult:
-    """Run ``handler`` over ``batch`` under the policy above; never raises for bad records."""
+    """Run ``handler`` over ``batch`` under the policy above; never raises for bad records.
+    ``on_outage`` hears of each outage before it is retried (the stage is stalled)."""
     try:
-        return await _with_retries(handler, batch, max_retries, backoff, on_retry)
+        return await _with_retries(handler, batch, max_retries, backoff, on_retry, on_outage)
     except GaamaError as exc:
         if len(batch) == 1:
             return BatchResult(failed=[Failure(batch[0], exc.reason, str(exc))])
@@ -122,7 +127,12 @@ async def process_batch(
     for record in batch:
         result.merge(
             await process_batch(
-                handler, [record], max_retries=max_retries, backoff=backoff, on_retry=on_retry
+                handler,
+                [record],
+                max_retries=max_retries,
+                backoff=backoff,
+                on_retry=on_retry,
+                on_outage=on_outage,
             )
         )
     return result

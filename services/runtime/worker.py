@@ -17,6 +17,7 @@ import asyncio
 import logging
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from faust.contrib.asgi import serve_asgi
 from prometheus_client import CollectorRegistry
 
 from gaama.config import Settings
-from gaama.errors import StoreUnavailable
+from gaama.errors import GaamaError, StoreUnavailable
 from gaama.events import DeadLetter, dlq, encode, topic_name
 from gaama.metrics import StageMetrics
 from gaama.store import connect
@@ -37,23 +38,41 @@ from services.runtime.http import ReadyCheck, ops_app
 from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, backoff_delay, process_batch
 from services.runtime.records import BatchResult, Record
+from services.runtime.shutdown import Drain
+from services.runtime.stall import Stall
 
 log = logging.getLogger("gaama.runtime")
 
-__all__ = ["ReadyCheck", "add_ops_pages", "consume", "make_app", "serve_http", "stage_app"]
+__all__ = [
+    "ReadyCheck",
+    "StageApp",
+    "add_ops_pages",
+    "consume",
+    "make_app",
+    "serve_http",
+    "stage_app",
+]
 
 #: Largest request head (line + headers) buffered before a request is refused: big enough that an
 #: oversized API key reaches the app and gets a clear 401 instead of a parser error.
 MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
 
 
-def make_app(service: str, settings: Settings, port: int) -> faust.App:
+class StageApp(faust.App):
+    """A stage's faust app, with the :class:`Drain` its agent and its worker share, and the
+    :class:`Stall` its retries report to and its health pages read."""
+
+    drain: Drain
+    stall: Stall
+
+
+def make_app(service: str, settings: Settings, port: int) -> StageApp:
     app_id = f"{settings.topic_prefix}gaama-{service}"
     # faust makes a data directory even without Tables; by default it is "<app id>-data" in the
     # working directory, one per app id: kept out of the checkout, under the temp directory.
     datadir = Path(tempfile.gettempdir()) / "gaama-faust" / app_id
     datadir.mkdir(parents=True, exist_ok=True)
-    return faust.App(
+    app = StageApp(
         app_id,
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
         key_serializer="raw",
@@ -74,6 +93,9 @@ def make_app(service: str, settings: Settings, port: int) -> faust.App:
         datadir=str(datadir),
         web_enabled=True,
     )
+    app.drain = Drain(settings.shutdown_grace_s)
+    app.stall = Stall()
+    return app
 
 
 class Publisher:
@@ -134,8 +156,19 @@ class Publisher:
                 await fut  # raises if the broker refused the record: the batch is not acked
 
 
+def _never_acknowledged(events: list[Any]) -> None:
+    """Keep faust from committing the offsets of an abandoned batch.
+
+    ``take_events`` acknowledges every event of a batch when the generator resumes or is closed,
+    a batch cancelled half-way included; ``Consumer.ack`` skips a message already marked acked,
+    so these offsets are never committed and the batch is delivered again.
+    """
+    for event in events:
+        event.message.acked = True
+
+
 def consume(
-    app: faust.App,
+    app: StageApp,
     *,
     service: str,
     source_base: str,
@@ -154,38 +187,55 @@ def consume(
         app, topic_name(source_base, settings.topic_prefix), settings.topic_partitions, metrics.lag
     )
 
+    drain, stall = app.drain, app.stall
+    stall.gauge = metrics.stalled_since
+
+    def outage(exc: GaamaError) -> None:
+        stall.failed("batch", exc.reason, exc)
+
     async def agent(stream: Any) -> None:
         async for events in stream.take_events(batch_size, within=window_s):
-            records = [
-                Record(
-                    topic=e.message.topic,
-                    key=e.key,
-                    value=e.value,
-                    partition=e.message.partition,
-                    offset=e.message.offset,
-                )
-                for e in events
-            ]
-            for r in records:
-                lag.saw(r.partition, r.offset)
-            t0 = time.perf_counter()
-            metrics.consumed.inc(len(records))
-            result = await process_batch(
-                handler,
-                records,
-                max_retries=settings.max_retries,
-                backoff=settings.retry_backoff_s,
-                on_retry=metrics.retries.inc,
+            try:
+                done = await drain.run(handle(events))
+            except asyncio.CancelledError:  # faust stopping the agent
+                _never_acknowledged(events)
+                raise
+            if not done:  # shutdown: left to the next owner of the partition
+                _never_acknowledged(events)
+
+    async def handle(events: list[Any]) -> None:
+        records = [
+            Record(
+                topic=e.message.topic,
+                key=e.key,
+                value=e.value,
+                partition=e.message.partition,
+                offset=e.message.offset,
             )
-            # Durable before acknowledged: the batch's writes are fsynced before its events go
-            # out and its offsets can be committed (an outage here is retried like any other).
-            await _wait_durable(durable, settings, metrics)
-            await publisher.publish(result, source_base)
-            for kind, n in result.stored.items():
-                metrics.stored.labels(kind).inc(n)
-            for f in result.failed:
-                metrics.dead_lettered.labels(f.reason).inc()
-            metrics.batch_seconds.observe(time.perf_counter() - t0)
+            for e in events
+        ]
+        for r in records:
+            lag.saw(r.partition, r.offset)
+        t0 = time.perf_counter()
+        metrics.consumed.inc(len(records))
+        result = await process_batch(
+            handler,
+            records,
+            max_retries=settings.max_retries,
+            backoff=settings.retry_backoff_s,
+            on_retry=metrics.retries.inc,
+            on_outage=outage,
+        )
+        # Durable before acknowledged: the batch's writes are fsynced before its events go
+        # out and its offsets can be committed (an outage here is retried like any other).
+        await _wait_durable(durable, settings, metrics, outage)
+        await publisher.publish(result, source_base)
+        stall.ok("batch")
+        for kind, n in result.stored.items():
+            metrics.stored.labels(kind).inc(n)
+        for f in result.failed:
+            metrics.dead_lettered.labels(f.reason).inc()
+        metrics.batch_seconds.observe(time.perf_counter() - t0)
 
     agent.__name__ = f"{service}_agent"
     app.agent(source, name=f"{service}.agent")(agent)
@@ -193,7 +243,7 @@ def consume(
     async def refresh() -> None:
         await lag.refresh()
 
-    tick = Periodic("consumer_lag", refresh, metrics.task_failures)
+    tick = Periodic("consumer_lag", refresh, metrics.task_failures, stall=stall)
 
     async def consumer_lag() -> None:
         await tick()
@@ -212,7 +262,7 @@ def stage_app(
     metrics: StageMetrics,
     batch_size: int,
     window_s: float = 0.2,
-) -> tuple[faust.App, Publisher]:
+) -> tuple[StageApp, Publisher]:
     """A stage's faust app (``make_app``) consuming ``source_base`` with ``handler``
     (``consume``), and the publisher its handler output and timers go through."""
     app = make_app(service, settings, port)
@@ -247,7 +297,12 @@ def _durability(settings: Settings) -> Durability:
     )
 
 
-async def _wait_durable(durable: Durability, settings: Settings, metrics: StageMetrics) -> None:
+async def _wait_durable(
+    durable: Durability,
+    settings: Settings,
+    metrics: StageMetrics,
+    outage: Callable[[GaamaError], None],
+) -> None:
     """Wait for the fsync; an outage or a slow fsync is retried without limit, like any outage
     (the batch is not acknowledged meanwhile, so nothing is lost either way)."""
     attempt = 0
@@ -258,6 +313,7 @@ async def _wait_durable(durable: Durability, settings: Settings, metrics: StageM
         except StoreUnavailable as exc:
             attempt += 1
             metrics.retries.inc()
+            outage(exc)
             delay = backoff_delay(attempt, settings.retry_backoff_s)
             log.warning("durability not confirmed (%s); retrying in %.1fs", exc, delay)
             await asyncio.sleep(delay)
@@ -275,8 +331,20 @@ def serve_http(app: faust.App, api: FastAPI, settings: Settings) -> None:
     )
 
 
+def stage_ready(app: StageApp, ready: ReadyCheck) -> ReadyCheck:
+    """``ready``, and not ready once shutdown has begun."""
+
+    async def check() -> str | None:
+        if app.drain.stopping:
+            return "shutting down"
+        return await ready()
+
+    return check
+
+
 def add_ops_pages(
-    app: faust.App, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
+    app: StageApp, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
 ) -> None:
     """Serve only ``/metrics``, ``/healthz`` and ``/readyz`` (a consumer without endpoints)."""
-    serve_http(app, ops_app(app.conf.id, registry, ready, settings), settings)
+    api = ops_app(app.conf.id, registry, stage_ready(app, ready), settings, stall=app.stall)
+    serve_http(app, api, settings)

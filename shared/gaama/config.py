@@ -159,6 +159,9 @@ class Settings(BaseSettings):
     # A consumer that dies holds its partitions until the session times out: keep it short so a
     # restarted worker takes over quickly (faust's default is 60 s).
     consumer_session_timeout_s: float = Field(10.0, ge=2, le=300)
+    # Seconds from SIGTERM until the process must be gone: set it to the pod's
+    # terminationGracePeriodSeconds (a consumer finishes or abandons its batch within it).
+    shutdown_grace_s: float = Field(30.0, ge=8, le=3600)
     index_name: str = Field("gaama-idx", pattern=r"^[A-Za-z0-9_\-]+$")
     key_prefix: str = Field("gaama", pattern=r"^[A-Za-z0-9_\-]+$")
     # How often each consumer refreshes gaama_<service>_consumer_lag (one ListOffsets call).

@@ -191,14 +191,29 @@ class ForgetRequested(Event):
         return conversation_key(self.tenant, conv)
 
 
+#: Most bytes of the original record a dead letter copies, and most characters of its key: with
+#: base64 (4/3) and the other fields the envelope stays well under the broker's default largest
+#: message (1 MB: Kafka's message.max.bytes, the producers' max_request_size), so a poison record
+#: as large as the broker takes can still be dead-lettered.
+DLQ_VALUE_MAX_BYTES = 512 * 1024
+DLQ_KEY_MAX_CHARS = 1024
+
+
 class DeadLetter(Event):
-    """A message that could not be processed, with the reason (topics ``*.dlq``)."""
+    """A message that could not be processed, with the reason (topics ``*.dlq``).
+
+    ``value_b64`` is the original record, or its first :data:`DLQ_VALUE_MAX_BYTES` bytes when
+    ``value_truncated`` (``value_bytes`` is the original size; the full record is still in the
+    source topic at ``partition``/``offset`` for as long as the topic retains it).
+    """
 
     source_topic: str
     partition: int | None = None
     offset: int | None = None
     key: str | None = None
     value_b64: str
+    value_bytes: int | None = None
+    value_truncated: bool = False
     reason: str
     error: str
     service: str
@@ -225,8 +240,10 @@ class DeadLetter(Event):
             source_topic=source_topic,
             partition=partition,
             offset=offset,
-            key=key,
-            value_b64=base64.b64encode(value).decode("ascii"),
+            key=None if key is None else key[:DLQ_KEY_MAX_CHARS],
+            value_b64=base64.b64encode(value[:DLQ_VALUE_MAX_BYTES]).decode("ascii"),
+            value_bytes=len(value),
+            value_truncated=len(value) > DLQ_VALUE_MAX_BYTES,
             reason=reason,
             error=error[:2000],
             service=service,

@@ -41,6 +41,8 @@ LLM_FAILURES = (
 )
 #: Why a background task's tick failed: an outage (retried next tick) or anything else.
 TASK_FAILURES = ("store_unavailable", "broker_unavailable", "error")
+#: Outages a consumer stage retries without limit, stalled meanwhile.
+STALL_REASONS = ("store_unavailable", "broker_unavailable")
 QUERY_MODES = ("gaama", "semantic", "ppr", "flat")
 QUERY_STAGES = ("embed", "knn", "expand", "ppr", "pack")
 
@@ -82,6 +84,7 @@ class StageMetrics:
     batch_seconds: Histogram
     lag: Gauge
     task_failures: Counter
+    stalled_since: Gauge
 
 
 def stage_metrics(
@@ -109,7 +112,16 @@ def stage_metrics(
             "Failed ticks of a background task (retried on the next tick), by task and reason",
             ["task", "reason"],
         ),
+        stalled_since=Gauge(
+            f"gaama_{service}_stalled_since_timestamp_seconds",
+            "Since when (Unix time) the stage has been retrying an outage of this kind and making "
+            "no progress; 0 when it is not",
+            ["reason"],
+            registry=registry,
+        ),
     )
+    for reason in STALL_REASONS:
+        m.stalled_since.labels(reason)
     for task in tasks:
         for reason in TASK_FAILURES:
             m.task_failures.labels(task, reason)

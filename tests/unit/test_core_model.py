@@ -12,6 +12,7 @@ from gaama import ids
 from gaama.config import hash_api_key, load_settings
 from gaama.errors import ConfigError, GaamaError, PermanentError, RetryableError, ValidationError
 from gaama.events import (
+    DLQ_VALUE_MAX_BYTES,
     TOPIC_EPISODES,
     TOPIC_FACTS,
     TOPIC_TURNS,
@@ -149,6 +150,26 @@ def test_every_topic_has_a_contract_and_a_dlq_twin():
     )
     back = decode(DeadLetter, encode(letter))
     assert back.original_value() == b"\xff{bad" and back.key == "acme/c1"
+
+
+def test_a_dead_letter_of_a_huge_record_stays_under_the_broker_message_size():
+    huge = b"x" * 3_000_000
+    letter = DeadLetter.of(
+        source_topic=TOPIC_TURNS,
+        value=huge,
+        reason="too_large",
+        error="e" * 10_000,
+        service="ingest",
+        key=b"k" * 100_000,
+        offset=9,
+    )
+    raw = encode(letter)
+    assert len(raw) < 1_000_000
+    back = decode(DeadLetter, raw)
+    assert back.value_truncated and back.value_bytes == len(huge)
+    assert back.original_value() == huge[:DLQ_VALUE_MAX_BYTES]
+    small = DeadLetter.of(source_topic=TOPIC_TURNS, value=b"{}", reason="r", error="", service="s")
+    assert not small.value_truncated and small.value_bytes == 2
 
 
 def test_decode_reports_bad_json():
