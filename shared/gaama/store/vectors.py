@@ -28,7 +28,7 @@ from redisvl.schema import IndexSchema
 from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.codecs import TAG_FIELDS, VECTOR_FIELD, as_text
+from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
@@ -67,7 +67,7 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                         "algorithm": "hnsw",
                         "dims": dim,
                         "distance_metric": "cosine",
-                        "datatype": "float32",
+                        "datatype": VECTOR_DTYPE.__name__,
                         "m": 16,
                         "ef_construction": 200,
                     },
@@ -115,7 +115,15 @@ class VectorIndex:
                 f"conversations and subjects case-insensitively; stop the writers and run "
                 f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
             )
-        found = _dim_from_info(info)
+        vector = vector_attribute(info)
+        if not has_current_vectors(info):
+            raise ConfigError(
+                f"index {self.name!r} indexes {vector.get('data_type', 'no')} vectors in "
+                f"{vector.get('identifier', 'no field')!r}, not {VECTOR_DTYPE.__name__} in "
+                f"{VECTOR_FIELD!r}; run 'gaama migrate vectors' (docs/operations.md, "
+                f"'Index schema changes')"
+            )
+        found = int(vector["dim"]) if vector.get("dim", "").isdigit() else None
         if found is not None and found != self.dim:
             raise DimensionMismatch(
                 f"index {self.name!r} holds {found}-d vectors but the embedder gives {self.dim}-d;"
@@ -160,7 +168,7 @@ class VectorIndex:
         returned = [_DIST, "kind", *(f for f in fields if f not in (_DIST, "kind"))]
         args: list[Any] = ["FT.SEARCH", self.name, query]
         args += ["RETURN", len(returned), *returned, "SORTBY", _DIST]
-        args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
+        args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
             with store_errors():  # unreachable or transient: StoreUnavailable
@@ -269,28 +277,42 @@ def has_exact_tags(info: Any) -> bool:
     return found >= set(TAG_FIELDS.values())
 
 
-def _dim_from_info(info: Any) -> int | None:
-    """Find DIM in FT.INFO's nested reply without caring about RESP details."""
+def vector_attribute(info: Any) -> dict[str, str]:
+    """The vector field's attributes in an FT.INFO reply (``identifier``, ``data_type``, ``dim``,
+    ..., names in lower case), whichever protocol; empty if the index has no vector field."""
+    found: dict[str, str] = {}
 
-    def walk(x: Any) -> int | None:
-        if isinstance(x, list | tuple):
-            for i, item in enumerate(x):
-                if (
-                    isinstance(item, bytes | str)
-                    and str(item.decode() if isinstance(item, bytes) else item).lower() == "dim"
-                ):
-                    try:
-                        return int(x[i + 1])
-                    except (IndexError, ValueError, TypeError):
-                        return None
-                found = walk(item)
-                if found is not None:
-                    return found
+    def walk(x: Any) -> None:
+        if found:
+            return
         if isinstance(x, dict):
-            return walk([v for kv in x.items() for v in kv])
-        return None
+            x = [v for kv in x.items() for v in kv]
+        if not isinstance(x, list | tuple):
+            return
+        pairs = [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+        if len(x) % 2 == 0 and all(isinstance(k, bytes | str) for k, _ in pairs):
+            attrs = {
+                as_text(k).lower(): as_text(v)
+                for k, v in pairs
+                if not isinstance(v, list | tuple | dict)
+            }
+            if attrs.get("type", "").upper() == "VECTOR":
+                found.update(attrs)
+                return
+        for item in x:
+            walk(item)
 
-    return walk(info)
+    walk(info)
+    return found
+
+
+def has_current_vectors(info: Any) -> bool:
+    """Whether an FT.INFO reply shows this layout's vector field: :data:`VECTOR_FIELD`, float16."""
+    vector = vector_attribute(info)
+    return (
+        vector.get("identifier") == VECTOR_FIELD
+        and vector.get("data_type", "").lower() == VECTOR_DTYPE.__name__
+    )
 
 
 def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
