@@ -12,6 +12,7 @@ of that layout are refused at start-up until ``gaama migrate index`` has rebuilt
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +43,28 @@ class Hit:
 
 
 _DIST = "dist"  # the KNN distance's name in a search reply
+#: HNSW links per node (a node of the bottom layer has twice as many).
+HNSW_M = 16
+#: How long a tenant's size, read to choose its KNN's hybrid policy, is reused: sizes change
+#: slowly and the choice tolerates an error of a factor of two.
+SIZE_TTL_S = 30.0
+_SIZES_MAX = 10_000  # tenants whose size is remembered at once
+
+
+def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
+    """How a KNN over one tenant's nodes of a shared index runs: ``"BATCHES"`` (walk the HNSW
+    graph, keeping the tenant's nodes, until k are found) or ``"ADHOC_BF"`` (compute the
+    distance to every node of the tenant; exact).
+
+    Brute force computes ``tenant_nodes`` distances. An HNSW search computes about 2·M (the
+    links of a bottom-layer node) per candidate it examines, and to find k nodes of a tenant
+    holding a share p of the index it examines about max(ef, k / p) candidates. The cheaper one
+    runs. (Left to itself, the Query Engine brute-forced a tenant of 100k nodes in an index of
+    110k, and one of 100k in an index of 1.1M: its rule looks at the share and the index size,
+    not at how many distances brute force costs; docs/benchmarks.md, "KNN policy".)
+    """
+    candidates = max(ef, k * index_docs / max(tenant_nodes, 1))
+    return "BATCHES" if 2 * HNSW_M * candidates < tenant_nodes else "ADHOC_BF"
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
@@ -68,7 +91,7 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                         "dims": dim,
                         "distance_metric": "cosine",
                         "datatype": VECTOR_DTYPE.__name__,
-                        "m": 16,
+                        "m": HNSW_M,
                         "ef_construction": 200,
                     },
                 },
@@ -94,6 +117,7 @@ class VectorIndex:
         self._index = AsyncSearchIndex(
             index_schema(name, self.keys, dim), redis_client=redis, owns_client=False
         )
+        self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -157,8 +181,34 @@ class VectorIndex:
         if subject:
             flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
         ef = max(self.ef_runtime, k)
-        knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
+        how = f"EF_RUNTIME {ef}"
+        if not (kinds or conversation or subject):  # a narrower filter: the engine's own choice
+            nodes, docs = await self._size(tenant)
+            if hybrid_policy(nodes, docs, k, ef) == "ADHOC_BF":
+                how = "HYBRID_POLICY ADHOC_BF"  # EF_RUNTIME is refused with it
+            else:
+                how = f"HYBRID_POLICY BATCHES {how}"
+        knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec {how} AS {_DIST}]"
         return await self._search(f"({flt}){knn}", vector, k, fields)
+
+    async def _size(self, tenant: str) -> tuple[int, int]:
+        """The tenant's node count and an upper bound of the index's, reused for
+        :data:`SIZE_TTL_S`. The tenant's count is its degree index's (the graph store keeps an
+        entry per node with an edge; O(1) to read, where counting the tenant's tag in the index
+        costs milliseconds per 100k nodes); the index cannot hold more documents than the
+        database holds keys (``FT.INFO`` would count them exactly, at ~30 ms per 100k nodes of
+        the server's time)."""
+        now = time.monotonic()
+        cached = self._sizes.get(tenant)
+        if cached is not None and cached[0] > now:
+            return cached[1], cached[2]
+        with store_errors():
+            nodes = int(await self.redis.hlen(self.keys.degrees(tenant)))
+            docs = int(await self.redis.dbsize())
+        if len(self._sizes) >= _SIZES_MAX:
+            self._sizes.clear()
+        self._sizes[tenant] = (now + SIZE_TTL_S, nodes, docs)
+        return nodes, docs
 
     async def _search(
         self, query: str, vector: Sequence[float] | np.ndarray, limit: int, fields: Sequence[str]
