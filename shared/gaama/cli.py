@@ -1,5 +1,5 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index``, ``gaama demo``,
-``gaama forget|memories|export|audit``, ``gaama mcp``."""
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index|vectors``,
+``gaama demo``, ``gaama forget|memories|export|audit``, ``gaama mcp``."""
 
 from __future__ import annotations
 
@@ -69,8 +69,15 @@ def _migrate(args: argparse.Namespace) -> int:
         print(
             f"index {args.to or settings.index_name!r}: old definition dropped: "
             f"{'yes' if report.dropped_old_index else 'no'}; nodes checked "
-            f"{report.nodes_seen}, updated {report.nodes_updated}; {report.indexed} indexed"
+            f"{report.nodes_seen}, updated {report.nodes_updated} (vectors converted to "
+            f"float16: {report.vectors_converted}, old vectors removed: "
+            f"{report.old_vectors_removed}); {report.indexed} indexed"
         )
+        if report.old_vectors_kept_for:
+            print(
+                f"old float32 vectors kept for {', '.join(report.old_vectors_kept_for)}: drop "
+                f"it (FT.DROPINDEX without DD) once no service uses it, then run this again"
+            )
 
     asyncio.run(run())
     return 0
@@ -110,8 +117,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument(
         "what",
-        choices=["index"],
-        help="index: rebuild the vector index on exact-match tag digests (docs/operations.md)",
+        choices=["index", "vectors"],
+        help="both bring node hashes and the index to this version's layout (exact-match tag "
+        "digests; float16 vectors instead of float32 + int8) and rebuild the index if its "
+        "definition is older; idempotent (docs/operations.md, 'Index schema changes')",
     )
     migrate.add_argument(
         "--to",

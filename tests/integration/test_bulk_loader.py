@@ -103,7 +103,7 @@ async def test_batch_is_stored_as_the_per_message_writes_store_it(
     assert any(k.startswith(":deg:") for k in written)  # the degree index came along
     assert await bulk.graph.chain(TENANT, "c1") == [n.id for n in nodes[:3]]
     got = await bulk.graph.vectors(TENANT, [n.id for n in nodes], 8)
-    assert np.array_equal(got, np.stack(vectors))
+    assert np.array_equal(got, np.stack(vectors).astype(np.float16).astype(np.float32))
 
 
 async def test_reads_and_clean_up(redis_client: aioredis.Redis, namespace: str) -> None:

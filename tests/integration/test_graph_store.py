@@ -10,7 +10,7 @@ from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind, is_hub, walk_weight
 from gaama.retrieval.scoring import cosine
-from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, vector_fields
+from gaama.store.codecs import VECTOR_FIELD, stored_vectors, vector_fields
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 
@@ -315,10 +315,9 @@ async def test_read_vectors_reads_the_first_nodes_with_a_vector(graph: GraphStor
     assert shown[0][1] == {"text": "text of r"}  # an absent field is left out
     assert shown[1][1] == {"text": "text of e1", "turn_id": "turn-e1"}
     assert vectors.shape == (3, dim) and vectors.dtype == np.float32
-    for (node, _), vector in zip(shown, vectors, strict=True):  # each node's int8 copy
+    for (node, _), vector in zip(shown, vectors, strict=True):  # each node's float16 vector
         stored = np.asarray(n[name[node]].vector, dtype=np.float32)
-        compact = vector_fields(stored)[COMPACT_VECTOR_FIELD]
-        assert np.array_equal(vector, np.frombuffer(compact, dtype=np.int8))
+        assert np.array_equal(vector, stored_vectors([vector_fields(stored)[VECTOR_FIELD]], dim)[0])
         assert cosine(vector[None, :], stored)[0] > 0.9999
     # the first N with a vector only
     two, two_vectors = await graph.read_vectors(t, order, fields=fields, dim=dim, limit=2)
@@ -332,27 +331,26 @@ async def test_read_vectors_reads_the_first_nodes_with_a_vector(graph: GraphStor
     assert (await graph.read_vectors(t, [], fields=fields, dim=dim, limit=9))[0] == []
 
 
-async def test_read_vectors_falls_back_to_the_float32_vector(graph: GraphStore, redis_client, keys):
-    """A node stored before the int8 copy existed (or with a copy of the wrong size) is read with
-    its float32 vector, exactly; the two kinds mix in one reply."""
+async def test_read_vectors_passes_over_a_vector_of_another_form(
+    graph: GraphStore, redis_client, keys
+):
+    """A node holding only the old float32 vector (not yet migrated) or a vector of the wrong
+    size is passed over, as the index passes over it; the others are read."""
     t, dim = "acme", 8
     rng = np.random.default_rng(3)
-    old, new = _node(t, NodeKind.FACT, "old", "c1"), _node(t, NodeKind.FACT, "new", "c1")
-    for node in (old, new):
+    old, bad, new = (_node(t, NodeKind.FACT, i, "c1") for i in ("old", "bad", "new"))
+    for node in (old, bad, new):
         node.vector = rng.standard_normal(dim).astype(np.float32).tolist()
-    await graph.write(t, [old, new], [])
-    await redis_client.hdel(keys.node(t, old.id), COMPACT_VECTOR_FIELD)
+    await graph.write(t, [old, bad, new], [])
+    f32 = np.asarray(old.vector, dtype=np.float32).tobytes()
+    await redis_client.hdel(keys.node(t, old.id), VECTOR_FIELD)
+    await redis_client.hset(keys.node(t, old.id), "embedding", f32)
+    await redis_client.hset(keys.node(t, bad.id), VECTOR_FIELD, b"\x01\x02")
     shown, vectors = await graph.read_vectors(
-        t, [old.id, new.id], fields=["text"], dim=dim, limit=5
+        t, [old.id, bad.id, new.id], fields=["text"], dim=dim, limit=5
     )
-    assert [i for i, _ in shown] == [old.id, new.id]
-    assert np.array_equal(vectors[0], np.asarray(old.vector, dtype=np.float32))
-    compact = vector_fields(new.vector)[COMPACT_VECTOR_FIELD]  # type: ignore[arg-type]
-    assert np.array_equal(vectors[1], np.frombuffer(compact, dtype=np.int8))
-    # a copy of another size is not trusted: the float32 vector is read instead
-    await redis_client.hset(keys.node(t, new.id), COMPACT_VECTOR_FIELD, b"\x01\x02")
-    _, again = await graph.read_vectors(t, [new.id], fields=["text"], dim=dim, limit=5)
-    assert np.array_equal(again[0], np.asarray(new.vector, dtype=np.float32))
+    assert [i for i, _ in shown] == [new.id] and vectors.shape == (1, dim)
+    assert cosine(vectors, np.asarray(new.vector, dtype=np.float32))[0] > 0.9999
 
 
 async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
@@ -420,7 +418,7 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
     assert set(hits) == {e.id for e in eps}
     ours = cosine(vectors, np.asarray(q, dtype=np.float32))
     for (node, _), similarity in zip(shown, ours.tolist(), strict=True):
-        assert abs(similarity - hits[node]) < 3e-3  # the int8 copy: within ~1.5e-3 measured
+        assert abs(similarity - hits[node]) < 1e-3  # both from the same float16 vector
     # the KNN carries the stored fields asked for
     [best] = await index.knn("acme", q, 1, fields=["text"])
     assert best.id == eps[0].id and best.fields == {"text": texts[0]}

@@ -1,8 +1,8 @@
 """How nodes and edges are laid out in Redis hashes, and back.
 
 A node is one hash (``Keys.node``): its readable fields, the digests of its scopes (the vector
-index's TAG fields), and its vector twice — float32 for the index, int8 for retrieval's
-read-ahead. Adjacency is one hash per node (``Keys.adj``): neighbour id → ``KIND|o|w`` (an
+index's TAG fields), and its vector as float16, the form the index holds and retrieval's
+read-ahead reads. Adjacency is one hash per node (``Keys.adj``): neighbour id → ``KIND|o|w`` (an
 outgoing edge) or ``KIND|i|w`` (incoming), ``w`` the stored weight.
 """
 
@@ -16,11 +16,18 @@ import numpy as np
 from gaama import ids
 from gaama.model import Edge, EdgeKind, Neighbour, Node, NodeKind
 
-VECTOR_FIELD = "embedding"
-#: A compact copy of the vector for retrieval's read-ahead: int8, scaled so the largest component
-#: is ±127. Cosine similarity ignores the scale, and the read-ahead moves a quarter of the bytes
-#: per node (its accuracy and what it saves: docs/benchmarks.md, "Read-ahead vectors").
-COMPACT_VECTOR_FIELD = "embedding_i8"
+#: The vector, float16: indexed (HNSW, cosine) and read by retrieval's read-ahead. Half the bytes
+#: of float32 for the same recall (docs/benchmarks.md, "Vector memory"). A field of its own
+#: name, not the float32 field's: an index of the old layout keeps serving while
+#: ``gaama migrate vectors`` builds the new one beside it.
+VECTOR_FIELD = "embedding_f16"
+VECTOR_DTYPE = np.float16
+#: The fields of the layout before float16: the float32 vector (indexed then) and its int8 copy
+#: for the read-ahead. ``gaama migrate vectors`` converts and removes them.
+LEGACY_VECTOR_FIELD, LEGACY_COMPACT_FIELD = "embedding", "embedding_i8"
+#: float16 tops out at 65,504; a vector with a larger component is scaled down (cosine similarity
+#: ignores the scale). Embedders give unit vectors, far inside.
+_F16_SAFE = 1e4
 #: Stored weight of a NEXT edge (its type weight is applied at retrieval).
 NEXT_STORED_WEIGHT = "1"
 #: Index TAG fields: the exact-match digest (:func:`gaama.ids.tag`) of each scope a search
@@ -39,12 +46,20 @@ _TEXT_FIELDS = (
 
 
 def vector_fields(vector: Sequence[float] | np.ndarray) -> dict[str, bytes]:
-    """The stored forms of a vector: float32 (indexed) and its int8 copy (read-ahead)."""
+    """The stored form of a vector: float16, at a scale float16 holds (a non-finite vector has no
+    direction to keep and is stored as zeros)."""
     v = np.asarray(vector, dtype=np.float32).ravel()
     top = float(np.abs(v).max()) if v.size else 0.0
-    usable = top > 0 and np.isfinite(top)  # a zero or non-finite vector has no direction to keep
-    compact = np.rint(v * (127.0 / top)) if usable else np.zeros(v.shape)
-    return {VECTOR_FIELD: v.tobytes(), COMPACT_VECTOR_FIELD: compact.astype(np.int8).tobytes()}
+    if not np.isfinite(top):
+        v = np.zeros(v.shape, dtype=np.float32)
+    elif top > _F16_SAFE:
+        v = v / np.float32(top)
+    return {VECTOR_FIELD: v.astype(VECTOR_DTYPE).tobytes()}
+
+
+def stored_vectors(raw: Sequence[bytes], dim: int) -> np.ndarray:
+    """Stored vectors (each ``dim`` float16 values) as one (n, dim) float32 matrix."""
+    return np.frombuffer(b"".join(raw), dtype=VECTOR_DTYPE).reshape(-1, dim).astype(np.float32)
 
 
 def node_mapping(node: Node) -> dict[str, Any]:
@@ -71,7 +86,15 @@ def node_mapping(node: Node) -> dict[str, Any]:
 
 
 _NOT_EXTRA = frozenset(
-    {*_TEXT_FIELDS, *TAG_FIELDS.values(), "time", "belief", VECTOR_FIELD, COMPACT_VECTOR_FIELD}
+    {
+        *_TEXT_FIELDS,
+        *TAG_FIELDS.values(),
+        "time",
+        "belief",
+        VECTOR_FIELD,
+        LEGACY_VECTOR_FIELD,
+        LEGACY_COMPACT_FIELD,
+    }
 )
 
 

@@ -22,11 +22,13 @@ from gaama.model import EDGE_ENDPOINTS, Edge, Neighbour, Node, NodeKind
 from gaama.store import cluster, scripts
 from gaama.store.codecs import (
     NEXT_STORED_WEIGHT,
+    VECTOR_DTYPE,
     VECTOR_FIELD,
     adjacency_values,
     node_from_hash,
     node_mapping,
     parse_adjacency,
+    stored_vectors,
 )
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
@@ -202,9 +204,8 @@ class GraphStore(SubgraphReads):
         for i in ids:
             pipe.hget(self.keys.node(tenant, i), VECTOR_FIELD)
         rows = await self._run(pipe) if ids else []
-        zero = bytes(dim * 4)
-        raw = b"".join(v if v is not None and len(v) == len(zero) else zero for v in rows)
-        return np.frombuffer(raw, dtype=np.float32).reshape(len(ids), dim).copy()
+        zero = bytes(dim * VECTOR_DTYPE().itemsize)
+        return stored_vectors([v if v is not None and len(v) == len(zero) else zero for v in rows], dim)
 
     async def neighbours(self, tenant: str, ids: Sequence[str]) -> dict[str, list[Neighbour]]:
         """Adjacency of every node in ``ids``, in one round trip (per 1000 nodes)."""

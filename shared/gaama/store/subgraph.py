@@ -22,7 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from gaama.ids import kind_prefix
 from gaama.model import STORED_WEIGHT_POWER, EdgeKind, NodeKind
 from gaama.store import cluster, scripts
-from gaama.store.codecs import COMPACT_VECTOR_FIELD, VECTOR_FIELD, as_text
+from gaama.store.codecs import VECTOR_DTYPE, VECTOR_FIELD, as_text, stored_vectors
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
@@ -112,9 +112,8 @@ class SubgraphReads:
         one round trip: ``([(id, {field: value})], (n, dim) float32 rows)``, a field absent
         from a node left out. Every key read is under the tenant's prefix.
 
-        Each row is the node's int8 copy (:data:`COMPACT_VECTOR_FIELD`) as float32 — the vector's
-        direction at another scale, for cosine similarity only — or, for a node stored before the
-        copy existed, its float32 vector.
+        Each row is the node's stored float16 vector (:data:`VECTOR_FIELD`, the one the index
+        holds) as float32.
 
         Retrieval's read-ahead (see :mod:`gaama.retrieval.search`); ids are GAAMA node ids,
         which never hold a comma (the script takes them as one comma-separated argument).
@@ -149,12 +148,12 @@ class SubgraphReads:
     ) -> tuple[list[tuple[str, dict[str, str]]], np.ndarray, T | None]:
         if not ids or limit <= 0:
             return [], np.zeros((0, dim), dtype=np.float32), work() if work else None
-        wanted = [f for f in fields if f not in (VECTOR_FIELD, COMPACT_VECTOR_FIELD)]
+        wanted = [f for f in fields if f != VECTOR_FIELD]
         keys = [self.keys.node(tenant, ids[0])]  # routes the call to the tenant's shard
         args: list[str | int] = [
             self.keys.node(tenant, ""),
-            ",".join([*wanted, COMPACT_VECTOR_FIELD, VECTOR_FIELD]),
-            dim,
+            ",".join([*wanted, VECTOR_FIELD]),
+            dim * VECTOR_DTYPE().itemsize,
             limit,
             ",".join(ids),
         ]
@@ -168,14 +167,7 @@ class SubgraphReads:
             (node.decode(), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
             for node, row in rows
         ]
-        raw = [row[-1] for _, row in rows]
-        if all(len(v) == dim for v in raw):  # every node has its int8 copy: one conversion
-            vectors = np.frombuffer(b"".join(raw), dtype=np.int8).reshape(-1, dim)
-            return shown, vectors.astype(np.float32), done
-        out = np.zeros((len(raw), dim), dtype=np.float32)
-        for i, v in enumerate(raw):
-            out[i] = np.frombuffer(v, dtype=np.int8 if len(v) == dim else np.float32)
-        return shown, out, done
+        return shown, stored_vectors([row[-1] for _, row in rows], dim), done
 
     async def _call_during(
         self, script: Any, keys: list[str], args: list[str | int], work: Callable[[], T]

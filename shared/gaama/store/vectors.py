@@ -15,6 +15,7 @@ On Redis Cluster the index is one per primary and a tenant's searches go to the 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,7 +33,7 @@ from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
 from gaama.store import cluster
-from gaama.store.codecs import TAG_FIELDS, VECTOR_FIELD, as_text
+from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 from gaama.store.node_indexes import NodeIndexes
@@ -47,6 +48,28 @@ class Hit:
 
 
 _DIST = "dist"  # the KNN distance's name in a search reply
+#: HNSW links per node (a node of the bottom layer has twice as many).
+HNSW_M = 16
+#: How long a tenant's size, read to choose its KNN's hybrid policy, is reused: sizes change
+#: slowly and the choice tolerates an error of a factor of two.
+SIZE_TTL_S = 30.0
+_SIZES_MAX = 10_000  # tenants whose size is remembered at once
+
+
+def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
+    """How a KNN over one tenant's nodes of a shared index runs: ``"BATCHES"`` (walk the HNSW
+    graph, keeping the tenant's nodes, until k are found) or ``"ADHOC_BF"`` (compute the
+    distance to every node of the tenant; exact).
+
+    Brute force computes ``tenant_nodes`` distances. An HNSW search computes about 2·M (the
+    links of a bottom-layer node) per candidate it examines, and to find k nodes of a tenant
+    holding a share p of the index it examines about max(ef, k / p) candidates. The cheaper one
+    runs. (Left to itself, the Query Engine brute-forced a tenant of 100k nodes in an index of
+    110k, and one of 100k in an index of 1.1M: its rule looks at the share and the index size,
+    not at how many distances brute force costs; docs/benchmarks.md, "KNN policy".)
+    """
+    candidates = max(ef, k * index_docs / max(tenant_nodes, 1))
+    return "BATCHES" if 2 * HNSW_M * candidates < tenant_nodes else "ADHOC_BF"
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
@@ -72,8 +95,8 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                         "algorithm": "hnsw",
                         "dims": dim,
                         "distance_metric": "cosine",
-                        "datatype": "float32",
-                        "m": 16,
+                        "datatype": VECTOR_DTYPE.__name__,
+                        "m": HNSW_M,
                         "ef_construction": 200,
                     },
                 },
@@ -105,6 +128,7 @@ class VectorIndex:
             for f in schema.redis_fields:
                 create += f.redis_args()
             self._nodes = NodeIndexes(redis, name, self.keys, create)
+        self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -135,7 +159,15 @@ class VectorIndex:
                 f"conversations and subjects case-insensitively; stop the writers and run "
                 f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
             )
-        found = _dim_from_info(info)
+        vector = vector_attribute(info)
+        if not has_current_vectors(info):
+            raise ConfigError(
+                f"index {self.name!r} indexes {vector.get('data_type', 'no')} vectors in "
+                f"{vector.get('identifier', 'no field')!r}, not {VECTOR_DTYPE.__name__} in "
+                f"{VECTOR_FIELD!r}; run 'gaama migrate vectors' (docs/operations.md, "
+                f"'Index schema changes')"
+            )
+        found = int(vector["dim"]) if vector.get("dim", "").isdigit() else None
         if found is not None and found != self.dim:
             raise DimensionMismatch(
                 f"index {self.name!r} holds {found}-d vectors but the embedder gives {self.dim}-d;"
@@ -172,7 +204,14 @@ class VectorIndex:
         if subject:
             flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
         ef = max(self.ef_runtime, k)
-        knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
+        how = f"EF_RUNTIME {ef}"
+        if not (kinds or conversation or subject):  # a narrower filter: the engine's own choice
+            nodes, docs = await self._size(tenant)
+            if hybrid_policy(nodes, docs, k, ef) == "ADHOC_BF":
+                how = "HYBRID_POLICY ADHOC_BF"  # EF_RUNTIME is refused with it
+            else:
+                how = f"HYBRID_POLICY BATCHES {how}"
+        knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec {how} AS {_DIST}]"
         return await self._search(tenant, f"({flt}){knn}", vector, k, fields)
 
     async def _ft_search(self, tenant: str, tail: Sequence[Any]) -> list[Any]:
@@ -181,6 +220,25 @@ class VectorIndex:
         if self._nodes is not None:
             return await self._nodes.search(tenant, tail)
         return [await self.redis.execute_command("FT.SEARCH", self.name, *tail)]  # type: ignore[no-untyped-call]
+
+    async def _size(self, tenant: str) -> tuple[int, int]:
+        """The tenant's node count and an upper bound of the index's, reused for
+        :data:`SIZE_TTL_S`. The tenant's count is its degree index's (the graph store keeps an
+        entry per node with an edge; O(1) to read, where counting the tenant's tag in the index
+        costs milliseconds per 100k nodes); the index cannot hold more documents than the
+        database holds keys (``FT.INFO`` would count them exactly, at ~30 ms per 100k nodes of
+        the server's time)."""
+        now = time.monotonic()
+        cached = self._sizes.get(tenant)
+        if cached is not None and cached[0] > now:
+            return cached[1], cached[2]
+        with store_errors():
+            nodes = int(await self.redis.hlen(self.keys.degrees(tenant)))
+            docs = int(await self.redis.dbsize())
+        if len(self._sizes) >= _SIZES_MAX:
+            self._sizes.clear()
+        self._sizes[tenant] = (now + SIZE_TTL_S, nodes, docs)
+        return nodes, docs
 
     async def _search(
         self,
@@ -198,7 +256,7 @@ class VectorIndex:
         # fields are read from the node hashes after (NodeIndexes.load).
         asked = [_DIST] if self._nodes is not None else returned
         args: list[Any] = [query, "RETURN", len(asked), *asked, "SORTBY", _DIST]
-        args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
+        args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
         try:
             with store_errors():  # unreachable or transient: StoreUnavailable
@@ -372,28 +430,42 @@ def has_exact_tags(info: Any) -> bool:
     return found >= set(TAG_FIELDS.values())
 
 
-def _dim_from_info(info: Any) -> int | None:
-    """Find DIM in FT.INFO's nested reply without caring about RESP details."""
+def vector_attribute(info: Any) -> dict[str, str]:
+    """The vector field's attributes in an FT.INFO reply (``identifier``, ``data_type``, ``dim``,
+    ..., names in lower case), whichever protocol; empty if the index has no vector field."""
+    found: dict[str, str] = {}
 
-    def walk(x: Any) -> int | None:
-        if isinstance(x, list | tuple):
-            for i, item in enumerate(x):
-                if (
-                    isinstance(item, bytes | str)
-                    and str(item.decode() if isinstance(item, bytes) else item).lower() == "dim"
-                ):
-                    try:
-                        return int(x[i + 1])
-                    except (IndexError, ValueError, TypeError):
-                        return None
-                found = walk(item)
-                if found is not None:
-                    return found
+    def walk(x: Any) -> None:
+        if found:
+            return
         if isinstance(x, dict):
-            return walk([v for kv in x.items() for v in kv])
-        return None
+            x = [v for kv in x.items() for v in kv]
+        if not isinstance(x, list | tuple):
+            return
+        pairs = [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+        if len(x) % 2 == 0 and all(isinstance(k, bytes | str) for k, _ in pairs):
+            attrs = {
+                as_text(k).lower(): as_text(v)
+                for k, v in pairs
+                if not isinstance(v, list | tuple | dict)
+            }
+            if attrs.get("type", "").upper() == "VECTOR":
+                found.update(attrs)
+                return
+        for item in x:
+            walk(item)
 
-    return walk(info)
+    walk(info)
+    return found
+
+
+def has_current_vectors(info: Any) -> bool:
+    """Whether an FT.INFO reply shows this layout's vector field: :data:`VECTOR_FIELD`, float16."""
+    vector = vector_attribute(info)
+    return (
+        vector.get("identifier") == VECTOR_FIELD
+        and vector.get("data_type", "").lower() == VECTOR_DTYPE.__name__
+    )
 
 
 def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:

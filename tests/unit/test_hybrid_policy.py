@@ -1,0 +1,35 @@
+"""The KNN's hybrid policy, chosen from the tenant's size (cases measured with FT.PROFILE:
+docs/benchmarks.md, "KNN policy")."""
+
+from __future__ import annotations
+
+import pytest
+
+from gaama.store.vectors import hybrid_policy
+
+K, EF = 80, 100
+
+
+@pytest.mark.parametrize(
+    ("tenant", "index_keys", "want"),
+    [
+        (10_000, 220_000, "ADHOC_BF"),  # 10k of a 110k-node index: 2.0 ms brute, 3.4 ms HNSW
+        (100_000, 220_000, "BATCHES"),  # 100k of 110k: 18.5 ms brute, 2.1 ms HNSW
+        (100_000, 2_220_000, "BATCHES"),  # 100k of 1.11M: the engine brute-forced it (25 ms)
+        (1_000_000, 2_220_000, "BATCHES"),
+        (10_000, 2_220_000, "ADHOC_BF"),  # 1% of the index: HNSW would examine ~18k candidates
+        (3_000, 6_000, "ADHOC_BF"),  # fewer nodes than one HNSW search computes distances
+        (0, 1_000, "ADHOC_BF"),  # a tenant with no degree index yet
+    ],
+)
+def test_the_cheaper_search_is_chosen(tenant: int, index_keys: int, want: str) -> None:
+    assert hybrid_policy(tenant, index_keys, K, EF) == want
+
+
+def test_a_growing_tenant_switches_once_to_hnsw() -> None:
+    choices = [hybrid_policy(n, 2_000_000, K, EF) for n in range(1_000, 1_000_001, 1_000)]
+    switch = choices.index("BATCHES")
+    assert set(choices[:switch]) == {"ADHOC_BF"} and set(choices[switch:]) == {"BATCHES"}
+    # the larger the index around it, the larger a tenant must be to be walked through HNSW
+    assert hybrid_policy(30_000, 200_000, K, EF) == "BATCHES"
+    assert hybrid_policy(30_000, 20_000_000, K, EF) == "ADHOC_BF"
