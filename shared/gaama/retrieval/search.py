@@ -44,8 +44,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
@@ -56,6 +57,8 @@ from gaama.embed import Embedder
 from gaama.errors import ValidationError
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
+from gaama.retrieval.lexical import fuse, query_terms
+from gaama.retrieval.timeq import Period, in_periods, query_periods
 from gaama.retrieval.pack import (
     RETURNED_KINDS,
     Caps,
@@ -73,7 +76,7 @@ from gaama.retrieval.ppr import (
 from gaama.retrieval.scoring import cosine, node_kind, score_candidates
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion
-from gaama.store.vectors import VectorIndex
+from gaama.store.vectors import LexicalHit, VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
 # Stored fields read with each candidate: what an item shows, and a fact's source episodes.
@@ -81,7 +84,10 @@ _SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources")
 MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
-WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
+WORDS_PER_ITEM = 20
+# Kinds the full-text search reads: a reflection's text restates its facts, so its match would
+# count their words twice.
+LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)  # typical words of one item, to size the pool for a word budget
 
 
 @dataclass(slots=True)
@@ -212,8 +218,9 @@ class Retriever:
         qvec = np.asarray((await self.embedder.embed([query]))[0], dtype=np.float32)
         lap("embed")
         # The KNN reply carries each candidate's text, time and place (read by the Query Engine
-        # in the same call): no separate read of the pool.
-        hits = await self.index.knn(
+        # in the same call): no separate read of the pool. The full-text search of the lexical
+        # channel runs alongside it.
+        knn = self.index.knn(
             tenant,
             qvec,
             pool_size(k, p),
@@ -221,18 +228,42 @@ class Retriever:
             conversation=conversation,
             fields=_SHOWN,
         )
+        terms = query_terms(query) if p.w_lex > 0 and p.lexical_k > 0 else []
+        # A period named in the query is resolved against the scope's latest turn, read
+        # alongside the searches (only when the query names one).
+        periods = query_periods(query, datetime.now(UTC)) if p.w_time > 0 else []
+        latest = self.index.latest_time(tenant, conversation) if periods else _none()
+        if terms:
+            lexical = self.index.lexical(
+                tenant,
+                terms,
+                p.lexical_k,
+                kinds=LEXICAL_KINDS,
+                subject=subject,
+                conversation=conversation,
+                fields=_SHOWN,
+            )
+            hits, matches, ref = await asyncio.gather(knn, lexical, latest)
+        else:
+            hits, ref = await asyncio.gather(knn, latest)
+            matches = []
+        if ref is not None:
+            periods = query_periods(query, datetime.fromtimestamp(ref, UTC))
         lap("knn")
         sims = {h.id: h.similarity for h in hits}
         shown = {h.id: h.fields for h in hits}
+        lex = {m.id: m.score for m in matches}
+        _join_matches(sims, shown, matches, qvec)
         scores: dict[str, float] = {}
         sub: Expansion | None = None
         iterations = 0
-        if mode != "semantic" and hits:
-            seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
+        if mode != "semantic" and sims:
+            relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
+            seeds = sorted(relevance, key=lambda n: (-relevance[n], n))[: p.seeds]
+            sub = await self._expand(tenant, seeds, p, subject, conversation)
             lap("expand")
             restart = np.zeros(len(sub.nodes))
-            restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
+            restart[: len(seeds)] = [max(relevance[n], 0.0) for n in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
             # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
@@ -272,7 +303,10 @@ class Retriever:
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
-        items = score_candidates(sims, ppr, w_ppr, w_sim, keep=(k, caps))  # best first
+        # Similarity fused with the full-text match over every candidate (expanded ones too).
+        relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
+        prior = _time_prior(periods, relevance, shown, p.w_time) if periods else None
+        items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
             _show(item, shown.get(item.id, {}))
         items = [i for i in items if i.text]  # a node deleted since it was read has none
@@ -355,6 +389,45 @@ def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRRe
         hub_degree=p.hub_degree,
         hub_dampening=p.hub_dampening,
     )
+
+
+async def _none() -> None:
+    return None
+
+
+def _time_prior(
+    periods: list[Period],
+    candidates: Iterable[str],
+    shown: Mapping[str, Mapping[str, str]],
+    w_time: float,
+) -> dict[str, float]:
+    """``w_time`` for each candidate whose time, or a date its text names, is in ``periods``."""
+    out = {}
+    for node in candidates:
+        fields = shown.get(node, {})
+        t = fields.get("time")
+        if in_periods(periods, float(t) if t else None, fields.get("text", "")):
+            out[node] = w_time
+    return out
+
+
+def _join_matches(
+    sims: dict[str, float],
+    shown: dict[str, dict[str, str]],
+    matches: Sequence[LexicalHit],
+    qvec: np.ndarray,
+) -> None:
+    """Full-text matches outside the KNN pool join the candidates, with the cosine similarity of
+    their int8 vector copy (0 without one: only their text match speaks for them)."""
+    new = [m for m in matches if m.id not in sims]
+    with_vector = [m for m in new if m.vector is not None]
+    if with_vector:
+        vectors = np.stack([m.vector for m in with_vector if m.vector is not None])
+        for m, similarity in zip(with_vector, cosine(vectors, qvec).tolist(), strict=True):
+            sims[m.id] = similarity
+    for m in new:
+        sims.setdefault(m.id, 0.0)
+        shown[m.id] = m.fields
 
 
 def _show(item: Item, fields: Mapping[str, str]) -> None:

@@ -10,6 +10,10 @@ indexes their digests (:func:`gaama.ids.tag`). Migrating:
    digests are right is left alone, so an interrupted run can simply be started again);
 3. creates the index with the current schema and waits until it has indexed every node.
 
+An index of the current tag layout that lacks the full-text field of the lexical channel is
+brought over in place instead: ``FT.ALTER ... SCHEMA ADD text TEXT`` (the node hashes already
+hold the text; the Query Engine indexes it in the background while searches go on).
+
 In place, searches answer 503 between steps 1 and 3 and writers must be stopped first (a node
 written by an old writer after step 2 has no digests and could not be found). Pointed at a new
 index name instead, step 1 does nothing, the old index keeps serving, and running it again after
@@ -30,7 +34,7 @@ from redis.exceptions import ResponseError
 from gaama import ids
 from gaama.store.codecs import TAG_FIELDS, as_text
 from gaama.store.errors import store_errors
-from gaama.store.vectors import VectorIndex, has_exact_tags
+from gaama.store.vectors import LEXICAL_FIELD, VectorIndex, has_exact_tags, has_text_field
 
 Progress = Callable[[str], None]
 _SOURCE_FIELDS = tuple(TAG_FIELDS)  # tenant, conversation, subject
@@ -40,6 +44,7 @@ _POLL_S = 0.5
 @dataclass
 class MigrationReport:
     dropped_old_index: bool = False
+    added_text_field: bool = False
     nodes_seen: int = 0
     nodes_updated: int = 0
     indexed: int = 0
@@ -70,6 +75,14 @@ async def migrate_index(
             await redis.execute_command("FT.DROPINDEX", index.name)  # type: ignore[no-untyped-call]
             report.dropped_old_index = True
             progress(f"dropped the old definition of {index.name!r} (documents kept)")
+        elif info is not None and not has_text_field(info):
+            # Adding a field keeps the index serving; the Query Engine re-scans every document
+            # for it in the background (waited for below).
+            await redis.execute_command(  # type: ignore[no-untyped-call]
+                "FT.ALTER", index.name, "SCHEMA", "ADD", LEXICAL_FIELD, "TEXT"
+            )
+            report.added_text_field = True
+            progress(f"added the full-text field {LEXICAL_FIELD!r} to {index.name!r}")
         cursor = 0
         while True:
             cursor, found = await redis.scan(

@@ -28,7 +28,7 @@ from redisvl.schema import IndexSchema
 from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store.codecs import TAG_FIELDS, VECTOR_FIELD, as_text
+from gaama.store.codecs import COMPACT_VECTOR_FIELD, TAG_FIELDS, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
@@ -41,7 +41,18 @@ class Hit:
     fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
 
 
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    id: str
+    kind: NodeKind
+    score: float  # BM25 score of the full-text match (higher is better; unbounded)
+    fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
+    vector: np.ndarray | None = None  # the int8 copy as float32, when the node has one
+
+
 _DIST = "dist"  # the KNN distance's name in a search reply
+#: The node field indexed for full text (the lexical channel of retrieval).
+LEXICAL_FIELD = "text"
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
@@ -60,6 +71,7 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                 ),
                 {"name": "kind", "type": "tag", "attrs": {"case_sensitive": True}},
                 {"name": "time", "type": "numeric"},
+                {"name": LEXICAL_FIELD, "type": "text"},
                 {
                     "name": VECTOR_FIELD,
                     "type": "vector",
@@ -115,6 +127,11 @@ class VectorIndex:
                 f"conversations and subjects case-insensitively; stop the writers and run "
                 f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
             )
+        if not has_text_field(info):
+            raise ConfigError(
+                f"index {self.name!r} has no full-text field {LEXICAL_FIELD!r} for the lexical "
+                f"channel; run 'gaama migrate index' (docs/operations.md, 'Upgrades')"
+            )
         found = _dim_from_info(info)
         if found is not None and found != self.dim:
             raise DimensionMismatch(
@@ -141,16 +158,66 @@ class VectorIndex:
     ) -> list[Hit]:
         """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first, each with the
         stored ``fields`` asked for (read by the Query Engine in the same call)."""
-        flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
-        if kinds:
-            flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
-        if conversation:
-            flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
-        if subject:
-            flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
+        flt = _scope(tenant, kinds, conversation, subject)
         ef = max(self.ef_runtime, k)
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec EF_RUNTIME {ef} AS {_DIST}]"
         return await self._search(f"({flt}){knn}", vector, k, fields)
+
+    async def lexical(
+        self,
+        tenant: str,
+        terms: Sequence[str],
+        k: int,
+        *,
+        kinds: Sequence[NodeKind] | None = None,
+        conversation: str | None = None,
+        subject: str | None = None,
+        fields: Sequence[str] = (),
+    ) -> list[LexicalHit]:
+        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25, best
+        first), each with the stored ``fields`` asked for and its int8 vector copy.
+
+        The tenant and scope filter is the one :meth:`knn` applies. Every character of a term
+        other than an ASCII letter or digit is escaped, so no term is read as query syntax; no
+        terms (or ``k == 0``) is no search at all.
+        """
+        words = [escape_term(t) for t in terms if t]
+        if not words or k <= 0:
+            return []
+        flt = _scope(tenant, kinds, conversation, subject)
+        query = f"({flt}) @{LEXICAL_FIELD}:({'|'.join(words)})"
+        returned = ["kind", COMPACT_VECTOR_FIELD, *(f for f in fields if f != "kind")]
+        args: list[Any] = ["FT.SEARCH", self.name, query, "WITHSCORES", "SCORER", "BM25STD"]
+        args += ["RETURN", len(returned), *returned, "LIMIT", 0, k, "DIALECT", 2]
+        reply = await self._execute(args)
+        hits = []
+        for key, row, score in _scored_documents(reply):
+            kind = as_text(row.pop("kind", b""))
+            if not kind:
+                continue
+            raw = row.pop(COMPACT_VECTOR_FIELD, None)
+            vec = None
+            if isinstance(raw, bytes) and len(raw) == self.dim:
+                vec = np.frombuffer(raw, dtype=np.int8).astype(np.float32)
+            hits.append(
+                LexicalHit(
+                    id=self.keys.id_from_node_key(key),
+                    kind=NodeKind(kind),
+                    score=score,
+                    fields={name: as_text(v) for name, v in row.items()},
+                    vector=vec,
+                )
+            )
+        return hits
+
+    async def _execute(self, args: list[Any]) -> Any:
+        try:
+            with store_errors():  # unreachable or transient: StoreUnavailable
+                return await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
+        except ResponseError as exc:  # a permanent error: a missing index is an outage too
+            if "no such index" in str(exc).lower():
+                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
+            raise
 
     async def _search(
         self, query: str, vector: Sequence[float] | np.ndarray, limit: int, fields: Sequence[str]
@@ -162,13 +229,7 @@ class VectorIndex:
         args += ["RETURN", len(returned), *returned, "SORTBY", _DIST]
         args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=np.float32).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
-        try:
-            with store_errors():  # unreachable or transient: StoreUnavailable
-                reply = await self.redis.execute_command(*args)  # type: ignore[no-untyped-call]
-        except ResponseError as exc:  # a permanent error: a missing index is an outage too
-            if "no such index" in str(exc).lower():
-                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
-            raise
+        reply = await self._execute(args)
         hits = []
         for key, row in _documents(reply):
             kind = row.pop("kind", "")
@@ -228,6 +289,14 @@ class VectorIndex:
                 return out
             offset += page
 
+    async def latest_time(self, tenant: str, conversation: str | None = None) -> float | None:
+        """The time of ``tenant``'s latest episode (of ``conversation`` when given), or None."""
+        flt = _scope(tenant, [NodeKind.EPISODE], conversation, None)
+        args: list[Any] = ["FT.SEARCH", self.name, str(flt), "RETURN", 1, "time"]
+        args += ["SORTBY", "time", "DESC", "LIMIT", 0, 1, "DIALECT", 2]
+        docs = _documents(await self._execute(args))
+        return float(docs[0][1]["time"]) if docs and docs[0][1].get("time") else None
+
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
         out = {}
@@ -248,6 +317,47 @@ class VectorIndex:
 
     async def drop(self) -> None:
         await self._index.delete(drop=False)
+
+
+def _scope(
+    tenant: str,
+    kinds: Sequence[NodeKind] | None,
+    conversation: str | None,
+    subject: str | None,
+) -> FilterExpression:
+    """The tenant (always) and scope filter of a search, on the scopes' digests."""
+    flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
+    if kinds:
+        flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
+    if conversation:
+        flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
+    if subject:
+        flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
+    return flt
+
+
+def escape_term(term: str) -> str:
+    """``term`` with every character other than a letter or digit backslash-escaped: the Query
+    Engine then reads it as text, never as syntax (``-``, ``|``, ``@``, ``{``, ``*``, ``_``...)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in term)
+
+
+def has_text_field(info: Any) -> bool:
+    """Whether an FT.INFO reply shows the full-text field of the lexical channel."""
+
+    def is_text_attr(x: Any) -> bool:
+        flat = [as_text(v) for v in x if isinstance(v, bytes | str)]
+        pairs = dict(zip(flat[::2], flat[1::2], strict=False))
+        return pairs.get("identifier") == LEXICAL_FIELD and pairs.get("type") == "TEXT"
+
+    def walk(x: Any) -> bool:
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if isinstance(x, list | tuple):
+            return is_text_attr(x) or any(walk(item) for item in x)
+        return False
+
+    return walk(info)
 
 
 def has_exact_tags(info: Any) -> bool:
@@ -291,6 +401,24 @@ def _dim_from_info(info: Any) -> int | None:
         return None
 
     return walk(info)
+
+
+def _scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
+    """(key, raw fields, score) of each document of an FT.SEARCH ... WITHSCORES reply, in
+    either protocol (RESP2: ``[total, key, score, [field, value, ...], ...]``)."""
+    out = []
+    if isinstance(reply, dict):
+        for row in reply.get(b"results") or reply.get("results") or []:
+            row = {as_text(k): v for k, v in row.items()}
+            attrs = row.get("extra_attributes") or {}
+            fields = {as_text(k): v for k, v in attrs.items()}
+            out.append((as_text(row["id"]), fields, float(row.get("score") or 0.0)))
+        return out
+    for i in range(1, len(reply) - 2, 3):
+        flat = reply[i + 2]
+        fields = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
+        out.append((as_text(reply[i]), fields, float(reply[i + 1])))
+    return out
 
 
 def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
