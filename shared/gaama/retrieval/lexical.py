@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 from typing import Literal
 
-from gaama.extract.vocabulary import FUNCTION_WORDS
+from gaama.extract.vocabulary import FUNCTION_WORDS, words_of
 
 Fusion = Literal["score", "rrf"]
 #: The usual reciprocal-rank constant: a rank's weight falls slowly over the first tens.
@@ -31,9 +31,11 @@ MAX_TERMS = 32
 _WORD = re.compile(r"[^\W_]+")
 # Question words and auxiliaries beyond the function words: every question has them, so they
 # match everything and tell nothing.
-_QUESTION_WORDS = frozenset(
-    "did does do was were is are has have had can could would should will may might "
-    "what when where which who whom whose why how kind sort".split()
+_QUESTION_WORDS = words_of(
+    """
+    did does do was were is are has have had can could would should will may might
+    what when where which who whom whose why how kind sort
+    """
 )
 
 

@@ -55,7 +55,8 @@ def score_candidates(
     """Items of the returnable candidates with max-normalised sim and PPR and the final score,
     best first (the order of :func:`~gaama.retrieval.pack.rank`).
 
-    ``prior`` adds its value to a node's score. With ``keep=(k, caps)`` only items that can reach the top k or a kind's cap are built (with
+    ``prior`` adds its value to a node's score. With ``keep=(k, caps)`` only items that can
+    reach the top k or a kind's cap are built (with
     a margin for nodes that turn out to have no text): the rest cannot be returned.
     """
     ids: list[str] = []

@@ -58,7 +58,6 @@ from gaama.errors import ValidationError
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
 from gaama.retrieval.lexical import fuse, query_terms
-from gaama.retrieval.timeq import Period, in_periods, query_periods
 from gaama.retrieval.pack import (
     RETURNED_KINDS,
     Caps,
@@ -74,6 +73,7 @@ from gaama.retrieval.ppr import (
     symmetric_adjacency,
 )
 from gaama.retrieval.scoring import cosine, node_kind, score_candidates
+from gaama.retrieval.timeq import Period, in_periods, query_periods
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion
 from gaama.store.vectors import LexicalHit, VectorIndex
@@ -84,10 +84,10 @@ _SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources")
 MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
-WORDS_PER_ITEM = 20
-# Kinds the full-text search reads: a reflection's text restates its facts, so its match would
-# count their words twice.
-LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)  # typical words of one item, to size the pool for a word budget
+WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
+# Kinds the full-text search reads: a reflection restates what its facts say, so its match
+# would count their words twice.
+LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)
 
 
 @dataclass(slots=True)

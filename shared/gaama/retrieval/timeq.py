@@ -118,9 +118,7 @@ def _periods_in(text: str) -> list[Period]:
                 period = Period(_day(date(year, 12, 1)), _day(date(year + 1, 3, 1)))
             else:
                 first, last = _SEASONS[season]
-                period = Period(
-                    _month_period(year, first).start, _month_period(year, last).end
-                )
+                period = Period(_month_period(year, first).start, _month_period(year, last).end)
         else:
             year = int(m.group("y"))
             period = Period(_day(date(year, 1, 1)), _day(date(year + 1, 1, 1)))
