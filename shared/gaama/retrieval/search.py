@@ -63,6 +63,7 @@ from gaama.retrieval.pack import (
     Caps,
     Item,
     Provenance,
+    distinct_turns,
     pack,
     render_memory,
 )
@@ -228,11 +229,11 @@ class Retriever:
             conversation=conversation,
             fields=_SHOWN,
         )
-        terms = query_terms(query) if p.w_lex > 0 and p.lexical_k > 0 else []
         # A period named in the query is resolved against the scope's latest turn, read
         # alongside the searches (only when the query names one).
         periods = query_periods(query, datetime.now(UTC)) if p.w_time > 0 else []
         latest = self.index.latest_time(tenant, conversation) if periods else _none()
+        terms = query_terms(query) if p.w_lex > 0 and p.lexical_k > 0 else []
         if terms:
             lexical = self.index.lexical(
                 tenant,
@@ -310,7 +311,8 @@ class Retriever:
         for item in items:
             _show(item, shown.get(item.id, {}))
         items = [i for i in items if i.text]  # a node deleted since it was read has none
-        ranked = items[:k]
+        # Each turn ranked once: a fact and the episode it came from say the same turn.
+        ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
         memory = pack(items, caps)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).

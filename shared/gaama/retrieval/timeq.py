@@ -37,7 +37,7 @@ _YEAR = r"(?:19|20)\d\d"
 
 # Rule 2: a month without a year ("last May", "this June", "in May").
 _BARE_MONTH = re.compile(
-    rf"\b(?P<rel>last|this|in|during)\s+(?P<month>{_MONTH})\b(?!,?\s+(?:\d{{1,2}}\b|{_YEAR}))",
+    rf"\b(?P<rel>last|this|in|during)\s+(?P<month>{_MONTH})\b(?!,?\s+(?:of\s+)?(?:\d{{1,2}}\b|{_YEAR}))",
     re.IGNORECASE,
 )
 # Rule 3 and 4: an absolute period, with the preposition before it.
