@@ -93,6 +93,9 @@ class Options:
     json_path: Path | None = None
     write_docs: Path | None = None
     params: dict[str, Any] = field(default_factory=dict)
+    # Named retrieval overrides asked too, on the same graph: each adds semantic and gaama rows
+    # labelled ``<mode>:<name>`` (on top of ``params``).
+    variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
     command: str = ""
 
@@ -367,7 +370,14 @@ async def run(
         "removed": raw - stats["concepts"] if raw is not None else None,
     }
     retriever = Retriever(stores.graph, stores.index, stores.embedder, stores.settings)
-    tallies = {m: Tally() for m in opts.modes}
+    asks = [(m, m, opts.params) for m in opts.modes]
+    for name, extra in opts.variants.items():
+        asks += [
+            (f"{m}:{name}", m, {**opts.params, **extra})
+            for m in opts.modes
+            if m in ("semantic", "gaama")
+        ]
+    tallies = {label: Tally() for label, _, _ in asks}
     skipped = asked = 0
     pending: list[tuple[str, Question, Answer, QuestionScore]] = []
     questions = [(c, q) for c in conversations for q in c.questions if q.category in CATEGORIES]
@@ -382,19 +392,13 @@ async def run(
             skipped += 1
             continue
         asked += 1
-        for mode in opts.modes:
+        for label, mode, params in asks:
             a = await ask(
-                mode,
-                q.question,
-                indexes[conv.sample_id],
-                stores,
-                retriever,
-                opts.budget,
-                opts.params,
+                mode, q.question, indexes[conv.sample_id], stores, retriever, opts.budget, params
             )
             score = score_question(q.category, a.ranked, a.memory, evidence, a.words, a.latency_ms)
-            tallies[mode].add(score)
-            pending.append((mode, q, a, score))
+            tallies[label].add(score)
+            pending.append((label, q, a, score))
     seconds["questions"] = time.perf_counter() - t1
     if judge is not None:
         t2 = time.perf_counter()
@@ -452,6 +456,7 @@ def report(opts: Options, result: RunResult) -> dict[str, Any]:
         "extractor": result.extractor,
         "concept_duplicates": result.concept_duplicates,
         "params": opts.params,
+        "variants": opts.variants,
         "via_kafka": opts.via_kafka,
         "seconds": {k: round(v, 1) for k, v in result.seconds.items()},
         "command": opts.command,
@@ -600,6 +605,17 @@ def _param(text: str) -> tuple[str, Any]:
         return key.strip(), value
 
 
+def _variant(text: str) -> tuple[str, dict[str, Any]]:
+    name, sep, value = text.partition("=")
+    try:
+        overrides = json.loads(value) if sep else None
+    except json.JSONDecodeError:
+        overrides = None
+    if not name.strip() or not isinstance(overrides, dict):
+        raise argparse.ArgumentTypeError(f'expected NAME={{"setting": value, ...}}, got {text!r}')
+    return name.strip(), overrides
+
+
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (rebuilt from the parsed arguments)."""
     argv = ["python", "-m", "benchmarks", "locomo", "--data", args.data]
@@ -613,6 +629,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv.append("--via-kafka")
     for key, value in args.param or []:
         argv += ["--param", f"{key}={json.dumps(value)}"]
+    for name, value in args.variant or []:
+        argv += ["--variant", f"{name}={json.dumps(value, separators=(',', ':'))}"]
     if args.json:
         argv += ["--json", args.json]
     if args.write_docs:
@@ -633,6 +651,7 @@ def _cli(args: argparse.Namespace) -> int:
         json_path=Path(args.json) if args.json else None,
         write_docs=Path(args.docs) if args.write_docs else None,
         params=dict(args.param or []),
+        variants=dict(args.variant or []),
         progress=not args.no_progress,
         command=command_line(args),
     )
@@ -679,6 +698,14 @@ def register(sub: SubParsers) -> None:
         type=_param,
         metavar="NAME=VALUE",
         help="retrieval setting override for semantic/gaama (repeatable)",
+    )
+    p.add_argument(
+        "--variant",
+        action="append",
+        type=_variant,
+        metavar='NAME={"SETTING":VALUE,...}',
+        help="also ask semantic and gaama with these retrieval overrides on the same graph "
+        "(rows labelled MODE:NAME; repeatable)",
     )
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cli)

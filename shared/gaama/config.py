@@ -110,6 +110,7 @@ class RequestLimits(BaseModel):
     cap_facts: int | None = Field(None, ge=0, le=1000)
     cap_reflections: int | None = Field(None, ge=0, le=1000)
     cap_episodes: int | None = Field(None, ge=0, le=1000)
+    lexical_k: int | None = Field(None, ge=0, le=2000)
 
 
 class RetrievalSettings(BaseModel):
@@ -142,6 +143,18 @@ class RetrievalSettings(BaseModel):
     # worker only adds handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md,
     # "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
+    # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
+    # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off)
+    # and how many full-text matches it reads.
+    w_lex: float = Field(0.25, ge=0.0, le=10.0)
+    lexical_k: int = Field(20, ge=0, le=2000)
+    fusion: Literal["score", "rrf"] = "score"
+    # Time-aware queries (docs/architecture.md, "Time-aware queries"): what a candidate in a
+    # period the query names gains on its score (0 turns the prior off).
+    w_time: float = Field(0.2, ge=0.0, le=10.0)
+    # The ranked list says each turn once: an episode a higher-ranked fact was derived from, or
+    # a fact whose source turns are all above it, is passed over (packing already does this).
+    rank_distinct: bool = True
 
 
 class Settings(BaseSettings):

@@ -196,8 +196,18 @@ async def test_reflections_combine_facts_of_one_subject() -> None:
     draft = drafts[0]
     assert draft.fact_ids == ("f1", "f2", "f3")
     assert draft.subject == "Caroline"
-    assert draft.text.startswith("Caroline has repeatedly come back to support: ")
-    assert "Caroline went to a support group on 7 May 2023" in draft.text
+    # The pattern over time the facts make, not their texts strung together.
+    assert draft.text == (
+        "Caroline came back to support 3 times, from 7 May 2023 to 9 June 2023 "
+        "(7 May 2023, 9 June 2023)."
+    )
+    assert "support group" not in draft.text
+
+
+async def test_reflection_without_dates_states_the_count() -> None:
+    facts = [ReflectionInput(f"f{i}", f"Mel ran race {i}.", ("running",), "Mel") for i in range(3)]
+    drafts = await OfflineExtractor().reflect(facts, [])
+    assert [d.text for d in drafts] == ["Mel came back to running 3 times."]
 
 
 async def test_reflections_skip_existing_and_are_deterministic() -> None:
@@ -214,3 +224,44 @@ async def test_reflection_group_size_is_capped() -> None:
     assert len(drafts) == 1
     assert drafts[0].fact_ids == ("f0", "f1", "f2", "f3")
     assert await OfflineExtractor().reflect(facts[:1], []) == []
+
+
+async def _fact_texts(*turns: tuple[str, str]) -> list[str]:
+    chunk = [_ep(i, speaker, text) for i, (speaker, text) in enumerate(turns, 1)]
+    return [f.text for f in (await _extract(chunk)).facts]
+
+
+async def test_reactions_greetings_and_courtesies_make_no_fact() -> None:
+    texts = await _fact_texts(
+        ("Caroline", "Hi Melanie! Thanks so much, Melanie!"),
+        ("Melanie", "Thank you Caroline, you rock!"),
+        ("Caroline", "Be careful with that knee. Take care of yourself, Mel!"),
+        ("Melanie", "Enjoy the concert tonight! Good luck with the adoption interview!"),
+        ("Caroline", "That sounds amazing, Melanie!"),
+    )
+    assert texts == []
+
+
+async def test_discourse_openers_are_stripped_and_the_content_kept() -> None:
+    texts = await _fact_texts(
+        ("Caroline", "Guess what, Priya finally signed up for the marathon!"),
+        ("Melanie", "You know what, I started a pottery class."),
+        ("Caroline", "By the way, my sister moved to Boston."),
+        ("Melanie", "I just wanted to let you know that I adopted a puppy named Oscar."),
+    )
+    assert texts == [
+        "Priya finally signed up for the marathon (said on 8 May 2023).",
+        "Melanie started a pottery class (said on 8 May 2023).",
+        "Caroline's sister moved to Boston (said on 8 May 2023).",
+        "Melanie adopted a puppy named Oscar (said on 8 May 2023).",
+    ]
+
+
+async def test_one_fact_per_clause() -> None:
+    texts = await _fact_texts(
+        ("Melanie", "I painted the lake at sunrise; my kids hiked the trail with me."),
+    )
+    assert texts == [
+        "Melanie painted the lake at sunrise (said on 8 May 2023).",
+        "Melanie's kids hiked the trail with Melanie (said on 8 May 2023).",
+    ]

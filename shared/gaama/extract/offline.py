@@ -9,15 +9,18 @@ Used when no LLM endpoint is configured, and in CI. Same schema as the LLM extra
   sentence carries no date of its own ("Melanie painted that lake sunrise (said on 8 May 2023).");
 - concepts: 1–3 YAKE-based labels per episode (see :mod:`gaama.extract.concepts`), reusing
   existing labels when they are near-duplicates;
-- reflections: facts sharing a subject and a concept, combined into one sentence.
+- reflections: facts sharing a subject and a concept, stated as the pattern they make (how
+  often and when the subject came back to the topic), not as a concatenation of the facts.
 
 All CPU work is synchronous and fast (a few milliseconds a turn); the async methods call it.
 """
 
 from __future__ import annotations
 
+import calendar
 import re
 from collections.abc import Iterable, Sequence
+from datetime import date
 from functools import lru_cache
 from typing import Any
 
@@ -47,6 +50,33 @@ _LEADING_FILLER = re.compile(
     r"btw|by the way|anyway|oh wow|wow+|woah|oops|phew|yay|ooh|gosh|nah|omg|aww+)\b[\s,!.:;-]*)+",
     re.IGNORECASE,
 )
+# Discourse openers announce a statement without being part of it ("Guess what, Priya signed
+# up" states that Priya signed up): stripped wherever they open a sentence.
+_OPENER = re.compile(
+    r"^(?:(?:and|oh|so|but)\s+)?(?:guess what|you know what|you won'?t believe (?:it|this|what)"
+    r"|you know|by the way|btw|anyways?|so yeah|fun fact|good news|big news|quick update"
+    r"|to be honest|honestly|i (?:just )?(?:wanted|want|have|had) to (?:tell you|say|share"
+    r"|let you know)(?: that)?|i (?:must|have to|gotta) say(?: that)?|just so you know"
+    r"|(?:just )?wanted to (?:tell you|say|share|let you know)(?: that)?)\b[\s,!.:;-]*",
+    re.IGNORECASE,
+)
+# Wishes, thanks and advice to the other speaker ("Take care!", "Be careful with that knee",
+# "Enjoy the trip"): courtesy, not a fact about anyone.
+_COURTESY = re.compile(
+    r"^(?:be (?:careful|safe|kind|gentle|proud)|take care|stay (?:safe|strong|positive|healthy)"
+    r"|keep (?:it up|going|up the|at it|me posted|us posted|in touch|rocking|shining)|enjoy"
+    r"|have (?:a (?:great|good|nice|wonderful|fun|blast)|fun)|good luck|best of luck"
+    r"|let me know|hang in there|feel free|don'?t (?:worry|forget|give up|hesitate)"
+    r"|congrat\w*|thanks|thank you|happy (?:birthday|anniversary|holidays)|welcome)\b",
+    re.IGNORECASE,
+)
+# Clauses joined by a semicolon are two statements: one fact each.
+_CLAUSE_SPLIT = re.compile(r"\s*;\s+")
+_DAY = re.compile(
+    r"\b(\d{1,2}) (January|February|March|April|May|June|July|August|September|October"
+    r"|November|December),? ((?:19|20)\d\d)\b"
+)
+_MONTH_NUMBER = {calendar.month_name[n]: n for n in range(1, 13)}
 _BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
 _EXTRA_SPLIT = re.compile(r"(?<=[a-z]{2}[.!?])\s+(?=[A-Z])")
 # A spaced dash between words joins two clauses ("you won't believe it - I got the job"): each
@@ -85,7 +115,11 @@ def _split_sentences(text: str) -> list[str]:
         # pysbd sometimes keeps "... to me. I ran ..." together; split again where a lower-case
         # word ends a sentence and a capital starts the next (abbreviations end otherwise).
         for piece in _EXTRA_SPLIT.split(part):
-            sentences.extend(c.strip() for c in _DASH_SPLIT.split(piece) if c.strip(" .,-–—"))
+            for n, clause in enumerate(_CLAUSE_SPLIT.split(piece)):
+                # A clause after a semicolon has its subject ("...; my kids hiked"): capitalised,
+                # it is not taken for a subject-less note such as "shares a photo of ...".
+                clause = clause[:1].upper() + clause[1:] if n else clause
+                sentences.extend(c.strip() for c in _DASH_SPLIT.split(clause) if c.strip(" .,-–—"))
     return sentences
 
 
@@ -94,12 +128,14 @@ def _normalise(text: str) -> str:
 
 
 def _strip_address(sentence: str, names: Sequence[str]) -> str:
-    """Remove leading interjections and vocatives ("Wow, Mel! ...", "... , Caroline!")."""
+    """Remove leading interjections, discourse openers and vocatives ("Wow, Mel! ...", "Guess
+    what, ...", "... , Caroline!")."""
     name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
     previous = None
     while previous != sentence:
         previous = sentence
         sentence = _LEADING_FILLER.sub("", sentence).lstrip()
+        sentence = _OPENER.sub("", sentence).lstrip()
         if name_alt:
             sentence = re.sub(rf"^(?:{name_alt})\b[\s,!.:;-]*", "", sentence).lstrip()
     if name_alt:
@@ -131,6 +167,29 @@ def _finish(sentence: str, said_on: str, dated: bool) -> str:
     if not dated:
         body = f"{body} (said on {said_on})"
     return body + "."
+
+
+def _pattern(who: str, topic: str, facts: Sequence[ReflectionInput]) -> str:
+    """A recurring pattern: how many times ``who`` came back to ``topic``, and on which days
+    (the first date each fact names), e.g. "Melanie came back to pottery 3 times, from 8 May
+    2023 to 20 August 2023 (8 May 2023, 3 July 2023, 20 August 2023)."."""
+    days = []
+    for fact in facts:
+        if m := _DAY.search(fact.text):
+            try:
+                days.append(date(int(m[3]), _MONTH_NUMBER[m[2]], int(m[1])))
+            except ValueError:  # "31 February 2023"
+                continue
+    times = f"{who} came back to {topic} {len(facts)} times"
+    distinct = sorted(set(days))
+    if len(distinct) >= 2:
+        shown = ", ".join(format_day(d) for d in distinct[:6])
+        more = ", ..." if len(distinct) > 6 else ""
+        span = f"from {format_day(distinct[0])} to {format_day(distinct[-1])}"
+        return f"{times}, {span} ({shown}{more})."
+    if distinct:
+        return f"{times}, all on {format_day(distinct[0])}."
+    return f"{times}."
 
 
 class OfflineExtractor:
@@ -239,6 +298,8 @@ class OfflineExtractor:
         episode_labels: list[str],
     ) -> list[FactDraft]:
         said_on = format_day(ep.timestamp.date())
+        # Names of the people talking are not content: "Thanks, Caroline!" says nothing.
+        people = {w.lower() for n in vocatives for w in n.split()}
         facts: list[FactDraft] = []
         for raw in _split_sentences(ep.raw_text):
             sentence = _strip_address(raw, vocatives)
@@ -249,7 +310,9 @@ class OfflineExtractor:
                 sentence = f"{ep.speaker} {sentence}"
             sentence = sentence[:1].upper() + sentence[1:]
             words = _WORD.findall(sentence)
-            content = content_words(sentence)
+            content = [w for w in content_words(sentence) if w not in people]
+            if not content or _COURTESY.match(sentence):
+                continue  # a pure reaction, greeting or courtesy
             if len(content) < 2 and not (content and len(words) >= 4):
                 continue
             if _REACTION.match(sentence) and len(content) < 4:
@@ -281,12 +344,13 @@ class OfflineExtractor:
         """Synchronous body of :meth:`reflect`; deterministic for a given input.
 
         Facts are grouped by (subject, concept); every group of at least two facts yields one
-        sentence naming the topic and quoting up to ``max_group`` facts, biggest groups first.
+        sentence stating the pattern no single fact states: how often the subject came back to
+        the topic and when (the dates its facts carry, first to last), biggest groups first.
         A group with the same facts as an earlier one, or a text already in ``existing``
         (compared case- and punctuation-insensitively), is skipped.
 
         Args:
-            facts: Facts to combine, in order (the first ones of a group are quoted).
+            facts: Facts to combine, in order (the first ``max_group`` of a group are cited).
             existing: Reflection texts already stored.
 
         Returns:
@@ -303,14 +367,12 @@ class OfflineExtractor:
         for (subject, concept), members in ordered:
             if len(members) < 2 or len(drafts) >= self.max_reflections:
                 continue
-            picked = list({m.id: m for m in members}.values())[: self.max_group]
+            distinct = list({m.id: m for m in members}.values())
+            picked = distinct[: self.max_group]
             ids = frozenset(m.id for m in picked)
             if len(ids) < 2 or ids in used:
                 continue
-            topic = concept.replace("_", " ")
-            quoted = "; ".join(m.text.rstrip(" .") for m in picked)
-            who = subject or "The user"
-            text = f"{who} has repeatedly come back to {topic}: {quoted}."
+            text = _pattern(subject or "The user", concept.replace("_", " "), distinct)
             if _normalise(text) in known:
                 continue
             used.add(ids)

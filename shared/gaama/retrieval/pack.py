@@ -161,6 +161,27 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
     return order_memory([i for i in eligible if i.id in chosen])
 
 
+def distinct_turns(items: Iterable[Item], k: int) -> list[Item]:
+    """The first ``k`` of ``items`` (best first) that say a turn not said above them: an
+    episode a higher fact carries (derived from it) is passed over, and so is a fact all of whose
+    source episodes are above it or carried by a fact above it."""
+    out: list[Item] = []
+    said: set[str] = set()  # episodes ranked, or carried by a ranked fact
+    for item in items:
+        if len(out) == k:
+            break
+        if item.kind is NodeKind.EPISODE:
+            if item.id in said:
+                continue
+            said.add(item.id)
+        elif item.kind is NodeKind.FACT and item.sources:
+            if said.issuperset(item.sources):
+                continue
+            said.update(item.sources)
+        out.append(item)
+    return out
+
+
 def order_memory(items: Sequence[Item]) -> list[Item]:
     """Facts and reflections by score, then episodes chronologically."""
     ranked = rank(items)

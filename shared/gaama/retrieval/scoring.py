@@ -50,11 +50,13 @@ def score_candidates(
     w_ppr: float,
     w_sim: float,
     keep: tuple[int, Caps] | None = None,
+    prior: Mapping[str, float] | None = None,
 ) -> list[Item]:
     """Items of the returnable candidates with max-normalised sim and PPR and the final score,
     best first (the order of :func:`~gaama.retrieval.pack.rank`).
 
-    With ``keep=(k, caps)`` only items that can reach the top k or a kind's cap are built (with
+    ``prior`` adds its value to a node's score. With ``keep=(k, caps)`` only items that can
+    reach the top k or a kind's cap are built (with
     a margin for nodes that turn out to have no text): the rest cannot be returned.
     """
     ids: list[str] = []
@@ -69,6 +71,8 @@ def score_candidates(
     sim = norm_max(np.clip(np.array([sims.get(n, 0.0) for n in ids]), 0.0, None))
     pr = norm_max(np.array([ppr.get(n, 0.0) for n in ids]))
     score = w_ppr * pr + w_sim * sim
+    if prior:  # a soft prior added to the score (the time prior of a query naming a period)
+        score = score + np.array([prior.get(n, 0.0) for n in ids])
     order: list[int] = np.argsort(-score, kind="stable").tolist()
     if keep is not None:
         k, caps = keep

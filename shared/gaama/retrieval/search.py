@@ -44,8 +44,9 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Literal
 
 import numpy as np
@@ -56,11 +57,13 @@ from gaama.embed import Embedder
 from gaama.errors import ValidationError
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
+from gaama.retrieval.lexical import fuse, query_terms
 from gaama.retrieval.pack import (
     RETURNED_KINDS,
     Caps,
     Item,
     Provenance,
+    distinct_turns,
     pack,
     render_memory,
 )
@@ -71,9 +74,10 @@ from gaama.retrieval.ppr import (
     symmetric_adjacency,
 )
 from gaama.retrieval.scoring import cosine, node_kind, score_candidates
+from gaama.retrieval.timeq import Period, in_periods, query_periods
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion
-from gaama.store.vectors import VectorIndex
+from gaama.store.vectors import LexicalHit, VectorIndex
 
 Mode = Literal["gaama", "semantic", "ppr"]
 # Stored fields read with each candidate: what an item shows, and a fact's source episodes.
@@ -82,6 +86,9 @@ MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
 K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
 WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
+# Kinds the full-text search reads: a reflection restates what its facts say, so its match
+# would count their words twice.
+LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)
 
 
 @dataclass(slots=True)
@@ -212,8 +219,9 @@ class Retriever:
         qvec = np.asarray((await self.embedder.embed([query]))[0], dtype=np.float32)
         lap("embed")
         # The KNN reply carries each candidate's text, time and place (read by the Query Engine
-        # in the same call): no separate read of the pool.
-        hits = await self.index.knn(
+        # in the same call): no separate read of the pool. The full-text search of the lexical
+        # channel runs alongside it.
+        knn = self.index.knn(
             tenant,
             qvec,
             pool_size(k, p),
@@ -221,18 +229,42 @@ class Retriever:
             conversation=conversation,
             fields=_SHOWN,
         )
+        # A period named in the query is resolved against the scope's latest turn, read
+        # alongside the searches (only when the query names one).
+        periods = query_periods(query, datetime.now(UTC)) if p.w_time > 0 else []
+        latest = self.index.latest_time(tenant, conversation) if periods else _none()
+        terms = query_terms(query) if p.w_lex > 0 and p.lexical_k > 0 else []
+        if terms:
+            lexical = self.index.lexical(
+                tenant,
+                terms,
+                p.lexical_k,
+                kinds=LEXICAL_KINDS,
+                subject=subject,
+                conversation=conversation,
+                fields=_SHOWN,
+            )
+            hits, matches, ref = await asyncio.gather(knn, lexical, latest)
+        else:
+            hits, ref = await asyncio.gather(knn, latest)
+            matches = []
+        if ref is not None:
+            periods = query_periods(query, datetime.fromtimestamp(ref, UTC))
         lap("knn")
         sims = {h.id: h.similarity for h in hits}
         shown = {h.id: h.fields for h in hits}
+        lex = {m.id: m.score for m in matches}
+        _join_matches(sims, shown, matches, qvec)
         scores: dict[str, float] = {}
         sub: Expansion | None = None
         iterations = 0
-        if mode != "semantic" and hits:
-            seeds = sorted(hits, key=lambda h: -h.similarity)[: p.seeds]
-            sub = await self._expand(tenant, [h.id for h in seeds], p, subject, conversation)
+        if mode != "semantic" and sims:
+            relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
+            seeds = sorted(relevance, key=lambda n: (-relevance[n], n))[: p.seeds]
+            sub = await self._expand(tenant, seeds, p, subject, conversation)
             lap("expand")
             restart = np.zeros(len(sub.nodes))
-            restart[: len(seeds)] = [max(sims[h.id], 0.0) for h in seeds]
+            restart[: len(seeds)] = [max(relevance[n], 0.0) for n in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
             # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
@@ -272,11 +304,15 @@ class Retriever:
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
-        items = score_candidates(sims, ppr, w_ppr, w_sim, keep=(k, caps))  # best first
+        # Similarity fused with the full-text match over every candidate (expanded ones too).
+        relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
+        prior = _time_prior(periods, relevance, shown, p.w_time) if periods else None
+        items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
             _show(item, shown.get(item.id, {}))
         items = [i for i in items if i.text]  # a node deleted since it was read has none
-        ranked = items[:k]
+        # Each turn ranked once: a fact and the episode it came from say the same turn.
+        ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
         memory = pack(items, caps)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).
@@ -355,6 +391,45 @@ def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRRe
         hub_degree=p.hub_degree,
         hub_dampening=p.hub_dampening,
     )
+
+
+async def _none() -> None:
+    return None
+
+
+def _time_prior(
+    periods: list[Period],
+    candidates: Iterable[str],
+    shown: Mapping[str, Mapping[str, str]],
+    w_time: float,
+) -> dict[str, float]:
+    """``w_time`` for each candidate whose time, or a date its text names, is in ``periods``."""
+    out = {}
+    for node in candidates:
+        fields = shown.get(node, {})
+        t = fields.get("time")
+        if in_periods(periods, float(t) if t else None, fields.get("text", "")):
+            out[node] = w_time
+    return out
+
+
+def _join_matches(
+    sims: dict[str, float],
+    shown: dict[str, dict[str, str]],
+    matches: Sequence[LexicalHit],
+    qvec: np.ndarray,
+) -> None:
+    """Full-text matches outside the KNN pool join the candidates, with the cosine similarity of
+    their int8 vector copy (0 without one: only their text match speaks for them)."""
+    new = [m for m in matches if m.id not in sims]
+    with_vector = [m for m in new if m.vector is not None]
+    if with_vector:
+        vectors = np.stack([m.vector for m in with_vector if m.vector is not None])
+        for m, similarity in zip(with_vector, cosine(vectors, qvec).tolist(), strict=True):
+            sims[m.id] = similarity
+    for m in new:
+        sims.setdefault(m.id, 0.0)
+        shown[m.id] = m.fields
 
 
 def _show(item: Item, fields: Mapping[str, str]) -> None:

@@ -21,6 +21,10 @@ Migrating:
    be started again;
 3. creates the index with the current schema and waits until it has indexed every node.
 
+An index of the current tag layout that lacks the full-text field of the lexical channel is
+brought over in place instead: ``FT.ALTER ... SCHEMA ADD text TEXT`` (the node hashes already
+hold the text; the Query Engine indexes it in the background while searches go on).
+
 In place, searches answer 503 between steps 1 and 3 and writers must be stopped first (a node
 written by an old writer after step 2 lacks the new fields and could not be found). Pointed at a
 new index name instead, step 1 does nothing, the old index keeps serving, and running it again
@@ -55,7 +59,14 @@ from gaama.store.codecs import (
     vector_fields,
 )
 from gaama.store.errors import store_errors
-from gaama.store.vectors import VectorIndex, has_current_vectors, has_exact_tags, vector_attribute
+from gaama.store.vectors import (
+    LEXICAL_FIELD,
+    VectorIndex,
+    has_current_vectors,
+    has_exact_tags,
+    has_text_field,
+    vector_attribute,
+)
 
 Progress = Callable[[str], None]
 _SOURCE_FIELDS = tuple(TAG_FIELDS)  # tenant, conversation, subject
@@ -65,6 +76,7 @@ _POLL_S = 0.5
 @dataclass
 class MigrationReport:
     dropped_old_index: bool = False
+    added_text_field: bool = False
     nodes_seen: int = 0
     nodes_updated: int = 0
     vectors_converted: int = 0
@@ -100,6 +112,14 @@ async def migrate_index(
             await redis.execute_command("FT.DROPINDEX", index.name)  # type: ignore[no-untyped-call]
             report.dropped_old_index = True
             progress(f"dropped the old definition of {index.name!r} (documents kept)")
+        elif info is not None and not has_text_field(info):
+            # Adding a field keeps the index serving; the Query Engine re-scans every document
+            # for it in the background (waited for below).
+            await redis.execute_command(  # type: ignore[no-untyped-call]
+                "FT.ALTER", index.name, "SCHEMA", "ADD", LEXICAL_FIELD, "TEXT"
+            )
+            report.added_text_field = True
+            progress(f"added the full-text field {LEXICAL_FIELD!r} to {index.name!r}")
         if not cluster.is_cluster(redis):
             report.old_vectors_kept_for = await _indexes_of_old_vectors(redis, index)
         if report.old_vectors_kept_for:

@@ -47,6 +47,15 @@ class Hit:
     fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
 
 
+@dataclass(frozen=True, slots=True)
+class LexicalHit:
+    id: str
+    kind: NodeKind
+    score: float  # BM25 score of the full-text match (higher is better; unbounded)
+    fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
+    vector: np.ndarray | None = None  # the stored vector as float32, when the node has one
+
+
 _DIST = "dist"  # the KNN distance's name in a search reply
 #: HNSW links per node (a node of the bottom layer has twice as many).
 HNSW_M = 16
@@ -72,6 +81,10 @@ def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
     return "BATCHES" if 2 * HNSW_M * candidates < tenant_nodes else "ADHOC_BF"
 
 
+#: The node field indexed for full text (the lexical channel of retrieval).
+LEXICAL_FIELD = "text"
+
+
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
     return IndexSchema.from_dict(
         {
@@ -88,6 +101,7 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                 ),
                 {"name": "kind", "type": "tag", "attrs": {"case_sensitive": True}},
                 {"name": "time", "type": "numeric"},
+                {"name": LEXICAL_FIELD, "type": "text"},
                 {
                     "name": VECTOR_FIELD,
                     "type": "vector",
@@ -167,6 +181,11 @@ class VectorIndex:
                 f"{VECTOR_FIELD!r}; run 'gaama migrate vectors' (docs/operations.md, "
                 f"'Index schema changes')"
             )
+        if not has_text_field(info):
+            raise ConfigError(
+                f"index {self.name!r} has no full-text field {LEXICAL_FIELD!r} for the lexical "
+                f"channel; run 'gaama migrate index' (docs/operations.md, 'Upgrades')"
+            )
         found = int(vector["dim"]) if vector.get("dim", "").isdigit() else None
         if found is not None and found != self.dim:
             raise DimensionMismatch(
@@ -196,13 +215,7 @@ class VectorIndex:
     ) -> list[Hit]:
         """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first, each with the
         stored ``fields`` asked for (read by the Query Engine in the same call)."""
-        flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
-        if kinds:
-            flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
-        if conversation:
-            flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
-        if subject:
-            flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
+        flt = _scope(tenant, kinds, conversation, subject)
         ef = max(self.ef_runtime, k)
         how = f"EF_RUNTIME {ef}"
         if not (kinds or conversation or subject):  # a narrower filter: the engine's own choice
@@ -240,6 +253,85 @@ class VectorIndex:
         self._sizes[tenant] = (now + SIZE_TTL_S, nodes, docs)
         return nodes, docs
 
+    async def lexical(
+        self,
+        tenant: str,
+        terms: Sequence[str],
+        k: int,
+        *,
+        kinds: Sequence[NodeKind] | None = None,
+        conversation: str | None = None,
+        subject: str | None = None,
+        fields: Sequence[str] = (),
+    ) -> list[LexicalHit]:
+        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25, best
+        first), each with the stored ``fields`` asked for and its vector (as float32).
+
+        The tenant and scope filter is the one :meth:`knn` applies. Every character of a term
+        other than an ASCII letter or digit is escaped, so no term is read as query syntax; no
+        terms (or ``k == 0``) is no search at all.
+        """
+        words = [escape_term(t) for t in terms if t]
+        if not words or k <= 0:
+            return []
+        flt = _scope(tenant, kinds, conversation, subject)
+        query = f"({flt}) @{LEXICAL_FIELD}:({'|'.join(words)})"
+        returned = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
+        args: list[Any] = [query, "WITHSCORES", "SCORER", "BM25STD"]
+        args += ["RETURN", len(returned), *returned, "LIMIT", 0, k, "DIALECT", 2]
+        scored = [
+            d for reply in await self._execute(tenant, args) for d in _scored_documents(reply)
+        ]
+        scored.sort(key=lambda d: -d[2])  # two replies while the tenant's slot moves
+        scored = scored[:k]
+        if self._nodes is not None:  # fields outside the index name's slot come back empty
+            texts = await self._nodes.load([(key, {}) for key, _, _ in scored], returned[2:])
+            raw = await self._hashes_field([key for key, _, _ in scored], VECTOR_FIELD)
+            scored = [
+                (key, {"kind": row.get("kind", ""), VECTOR_FIELD: vec, **row}, score)
+                for (key, row), vec, (_, _, score) in zip(texts, raw, scored, strict=True)
+            ]
+        hits = []
+        for key, row, score in scored:
+            kind = as_text(row.pop("kind", b""))
+            if not kind:
+                continue
+            blob = row.pop(VECTOR_FIELD, None)
+            vec = None
+            if isinstance(blob, bytes) and len(blob) == self.dim * VECTOR_DTYPE().itemsize:
+                vec = np.frombuffer(blob, dtype=VECTOR_DTYPE).astype(np.float32)
+            hits.append(
+                LexicalHit(
+                    id=self.keys.id_from_node_key(key),
+                    kind=NodeKind(kind),
+                    score=score,
+                    fields={name: as_text(v) for name, v in row.items()},
+                    vector=vec,
+                )
+            )
+        return hits
+
+    async def _hashes_field(self, keys: Sequence[str], name: str) -> list[Any]:
+        """Field ``name`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        if not keys:
+            return []
+        with store_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hget(key, name)
+                return list(await pipe.execute())
+
+    async def _execute(self, tenant: str, tail: list[Any]) -> list[Any]:
+        """``FT.SEARCH`` where ``tenant``'s nodes are (:meth:`_ft_search`) through the store's
+        error boundary: a missing index is an outage, like an unreachable server."""
+        try:
+            with store_errors():  # unreachable or transient: StoreUnavailable
+                return await self._ft_search(tenant, tail)
+        except ResponseError as exc:  # a permanent error: a missing index is an outage too
+            if "no such index" in str(exc).lower():
+                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
+            raise
+
     async def _search(
         self,
         tenant: str,
@@ -258,13 +350,7 @@ class VectorIndex:
         args: list[Any] = [query, "RETURN", len(asked), *asked, "SORTBY", _DIST]
         args += ["PARAMS", 2, "vec", np.asarray(vector, dtype=VECTOR_DTYPE).tobytes()]
         args += ["LIMIT", 0, limit, "DIALECT", 2]
-        try:
-            with store_errors():  # unreachable or transient: StoreUnavailable
-                replies = await self._ft_search(tenant, args)
-        except ResponseError as exc:  # a permanent error: a missing index is an outage too
-            if "no such index" in str(exc).lower():
-                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
-            raise
+        replies = await self._execute(tenant, args)
         docs = [d for reply in replies for d in _documents(reply)]
         if len(replies) > 1:  # a tenant being moved between primaries: merge by distance
             docs = sorted(docs, key=lambda d: float(d[1].get(_DIST) or "inf"))[:limit]
@@ -369,6 +455,17 @@ class VectorIndex:
         rows.sort(key=lambda r: (float(r[2].get("time") or 0), r[0]))
         return rows if limit is None else rows[:limit]
 
+    async def latest_time(self, tenant: str, conversation: str | None = None) -> float | None:
+        """The time of ``tenant``'s latest episode (of ``conversation`` when given), or None."""
+        flt = _scope(tenant, [NodeKind.EPISODE], conversation, None)
+        if self._nodes is not None:  # no SORTBY over a cluster index (see _scan_cluster)
+            return None
+        args: list[Any] = [str(flt), "RETURN", 1, "time"]
+        args += ["SORTBY", "time", "DESC", "LIMIT", 0, 1, "DIALECT", 2]
+        (reply,) = await self._execute(tenant, args)
+        docs = _documents(reply)
+        return float(docs[0][1]["time"]) if docs and docs[0][1].get("time") else None
+
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
         out = {}
@@ -409,6 +506,47 @@ class VectorIndex:
                 self._nodes.forget(name)
             return
         await self._index.delete(drop=False)
+
+
+def _scope(
+    tenant: str,
+    kinds: Sequence[NodeKind] | None,
+    conversation: str | None,
+    subject: str | None,
+) -> FilterExpression:
+    """The tenant (always) and scope filter of a search, on the scopes' digests."""
+    flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
+    if kinds:
+        flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
+    if conversation:
+        flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
+    if subject:
+        flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
+    return flt
+
+
+def escape_term(term: str) -> str:
+    """``term`` with every character other than a letter or digit backslash-escaped: the Query
+    Engine then reads it as text, never as syntax (``-``, ``|``, ``@``, ``{``, ``*``, ``_``...)."""
+    return "".join(c if c.isalnum() else "\\" + c for c in term)
+
+
+def has_text_field(info: Any) -> bool:
+    """Whether an FT.INFO reply shows the full-text field of the lexical channel."""
+
+    def is_text_attr(x: Any) -> bool:
+        flat = [as_text(v) for v in x if isinstance(v, bytes | str)]
+        pairs = dict(zip(flat[::2], flat[1::2], strict=False))
+        return pairs.get("identifier") == LEXICAL_FIELD and pairs.get("type") == "TEXT"
+
+    def walk(x: Any) -> bool:
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if isinstance(x, list | tuple):
+            return is_text_attr(x) or any(walk(item) for item in x)
+        return False
+
+    return walk(info)
 
 
 def has_exact_tags(info: Any) -> bool:
@@ -466,6 +604,24 @@ def has_current_vectors(info: Any) -> bool:
         vector.get("identifier") == VECTOR_FIELD
         and vector.get("data_type", "").lower() == VECTOR_DTYPE.__name__
     )
+
+
+def _scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
+    """(key, raw fields, score) of each document of an FT.SEARCH ... WITHSCORES reply, in
+    either protocol (RESP2: ``[total, key, score, [field, value, ...], ...]``)."""
+    out = []
+    if isinstance(reply, dict):
+        for row in reply.get(b"results") or reply.get("results") or []:
+            row = {as_text(k): v for k, v in row.items()}
+            attrs = row.get("extra_attributes") or {}
+            fields = {as_text(k): v for k, v in attrs.items()}
+            out.append((as_text(row["id"]), fields, float(row.get("score") or 0.0)))
+        return out
+    for i in range(1, len(reply) - 2, 3):
+        flat = reply[i + 2]
+        fields = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
+        out.append((as_text(reply[i]), fields, float(reply[i + 1])))
+    return out
 
 
 def _documents(reply: Any) -> list[tuple[str, dict[str, str]]]:

@@ -1,0 +1,167 @@
+"""The lexical channel against the real Redis: query syntax escaped, rare names found that KNN
+alone misses, tenants kept apart on the full-text path, the HTTP edge, and an index without the
+full-text field refused at start and migrated."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gaama.config import Settings
+from gaama.embed import MiniLMEmbedder
+from gaama.errors import ConfigError
+from gaama.ids import fact_id
+from gaama.model import Node, NodeKind
+from gaama.retrieval.lexical import query_terms
+from gaama.retrieval.search import Retriever
+from gaama.store.graph import GraphStore
+from gaama.store.migrate import migrate_index
+from gaama.store.vectors import LEXICAL_FIELD, VectorIndex, index_schema
+from tests.integration.test_query_api import A, make_app, with_keys
+from tests.integration.test_search import build_memory
+
+pytestmark = pytest.mark.requires_stack
+
+# Every character the Query Engine's syntax gives a meaning to, and then some.
+SPECIALS = ",.<>{}[]\"':;!@#$%^&*()-+=~|/\\`?_"
+# Many people's weekends: sentences closer to a question about weekends than the one fact that
+# names the person asked about, so the name alone can find it.
+PEOPLE = [
+    "Anna", "Ben", "Carla", "Dev", "Ema", "Farid", "Gus", "Hana", "Ivo", "Jules", "Kira", "Leo",
+    "Mona", "Nils", "Olga", "Pia", "Quinn", "Rosa", "Sami", "Tess",
+]  # fmt: skip
+PASTIMES = ["hiking in the hills", "baking bread", "at the beach", "playing chess", "with family"]
+
+
+async def _facts(graph: GraphStore, embedder: MiniLMEmbedder, tenant: str, texts: list[str]):
+    vectors = await embedder.embed(texts)
+    nodes = [
+        Node(
+            id=fact_id(tenant, text),
+            tenant=tenant,
+            kind=NodeKind.FACT,
+            text=text,
+            time=1_683_500_000.0,
+            conversation="c1",
+            subject=text.split()[0],
+            vector=vec.tolist(),
+        )
+        for text, vec in zip(texts, vectors, strict=True)
+    ]
+    await graph.write(tenant, nodes, [])
+    return [n.id for n in nodes]
+
+
+async def _indexed(index: VectorIndex, tenant: str, want: int) -> None:
+    for _ in range(200):
+        if sum((await index.count(tenant)).values()) >= want:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{tenant}: fewer than {want} nodes indexed")
+
+
+def _weekends(rare: str) -> list[str]:
+    texts = [f"{p} spends weekends {what}." for p in PEOPLE for what in PASTIMES]
+    return [*texts, f"{rare} repairs vintage radios."]
+
+
+def test_query_terms_drop_syntax_function_and_question_words() -> None:
+    assert query_terms("When did Zoltan's band play in 2023?") == ["zoltan", "band", "play", "2023"]
+    assert query_terms(SPECIALS * 3) == []
+    assert query_terms("what-is @pottery|{class} ~kiln*") == ["pottery", "class", "kiln"]
+
+
+async def test_rare_name_found_that_knn_alone_misses(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder, settings: Settings
+) -> None:
+    ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+    await _indexed(index, "t1", len(ids))
+    retriever = Retriever(graph, index, embedder, settings)
+    query = "What does Zoltan like to do at the weekend?"
+    small = {"pool_min": 10, "seeds": 10}
+    knn_only = await retriever.search("t1", query, k=10, budget=200, params={**small, "w_lex": 0})
+    assert ids[-1] not in [i.id for i in knn_only.ranked]
+    for mode in ("gaama", "semantic"):
+        res = await retriever.search("t1", query, mode=mode, k=10, budget=200, params=small)
+        assert res.ranked[0].id == ids[-1], mode
+
+
+async def test_every_special_character_is_escaped(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    ids = await _facts(graph, embedder, "t1", ["Zoltan plays the theremin at night."])
+    await _indexed(index, "t1", 1)
+    for c in SPECIALS:
+        # Straight to the index, past query_terms: each character inside, around and alone.
+        for term in (f"zol{c}tan", f"{c}theremin{c}", c, c * 3):
+            await index.lexical("t1", [term, "theremin"], 5)
+    hits = await index.lexical("t1", ["theremin", "@kind:{fact}", "-zoltan"], 5)
+    assert [h.id for h in hits] == ids
+
+
+async def test_tenants_are_kept_apart_on_the_lexical_path(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder, settings: Settings
+) -> None:
+    mine = await _facts(graph, embedder, "t1", ["Zoltan plays the theremin at night."])
+    theirs = await _facts(graph, embedder, "T1", ["Zoltan plays the theremin at dawn."])
+    other = await _facts(graph, embedder, "t2", ["Zoltan sells theremin strings."])
+    for tenant in ("t1", "T1", "t2"):
+        await _indexed(index, tenant, 1)
+    for tenant, own in (("t1", mine), ("T1", theirs), ("t2", other)):
+        hits = await index.lexical(tenant, ["zoltan", "theremin"], 10)
+        assert [h.id for h in hits] == own
+        retriever = Retriever(graph, index, embedder, settings)
+        for mode in ("gaama", "semantic", "ppr"):
+            res = await retriever.search(tenant, "Zoltan theremin", mode=mode)
+            assert {i.id for i in res.ranked + res.memory} <= set(own), (tenant, mode)
+
+
+async def test_a_query_of_only_special_characters_is_answered(
+    settings: Settings, graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    await build_memory(graph, embedder, "tenant-a")
+    await _indexed(index, "tenant-a", 18)
+    client, _ = make_app(with_keys(settings), graph, index, embedder)
+    async with client as c:
+        for query in (SPECIALS, "@text:{*}|-(", "pottery | -kiln @kind:{fact} \\"):
+            r = await c.post("/v1/search", headers=A, json={"query": query, "k": 5})
+            assert r.status_code == 200, (query, r.text)
+            assert r.json()["ranked"], query
+        off = {"query": "pottery", "params": {"w_lex": 0}}
+        assert (await c.post("/v1/search", headers=A, json=off)).status_code == 200
+
+
+async def test_index_without_the_text_field_is_refused_then_migrated(
+    graph: GraphStore, embedder: MiniLMEmbedder, settings: Settings
+) -> None:
+    redis, keys = graph.redis, graph.keys
+    name = f"{settings.index_name}-notext"
+    old = index_schema(name, keys, embedder.dim)
+    old.remove_field(LEXICAL_FIELD)
+    await redis.execute_command("FT.CREATE", name, *_schema_args(old))
+    index = VectorIndex(redis, name, embedder.dim, keys)
+    try:
+        ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+        await _indexed(index, "t1", len(ids))
+        with pytest.raises(ConfigError, match="gaama migrate index"):
+            await index.ensure()
+        assert await index.lexical("t1", ["zoltan"], 5) == []  # no text field: no match
+        lines: list[str] = []
+        report = await migrate_index(redis, index, progress=lines.append)
+        assert report.added_text_field and not report.dropped_old_index
+        assert report.indexed == len(ids) and lines
+        await index.ensure()  # accepted now
+        assert [h.id for h in await index.lexical("t1", ["zoltan"], 5)] == ids[-1:]
+        again = await migrate_index(redis, index)
+        assert not again.added_text_field and not again.dropped_old_index
+    finally:
+        await index.drop()
+
+
+def _schema_args(schema) -> list[object]:
+    """FT.CREATE arguments of a RedisVL schema (through RedisVL's own field conversion)."""
+    args: list[object] = ["ON", "HASH", "PREFIX", 1, schema.index.prefix, "SCHEMA"]
+    for f in schema.fields.values():
+        args += list(f.as_redis_field().redis_args())
+    return args
