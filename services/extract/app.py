@@ -69,7 +69,12 @@ def build_app(
         settings,
         port=settings.extract_port,
         source_base=TOPIC_EPISODES,
-        handler=partial(handle, pipeline=pipeline, forgetting=svc.stores.forgetting(settings)),
+        handler=partial(
+            handle,
+            pipeline=pipeline,
+            forgetting=svc.stores.forgetting(settings),
+            concurrency=settings.llm_concurrency,
+        ),
         metrics=metrics,
         batch_size=settings.extract_batch,
     )
