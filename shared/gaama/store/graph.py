@@ -114,8 +114,11 @@ class GraphStore(SubgraphReads):
                 while True:
                     try:
                         await pipe.watch(*keys)
-                        present = [await pipe.exists(k) for k in keys]
-                        missing = [n for n, ok in zip(require, present, strict=True) if not ok]
+                        # one round trip when all are there (EXISTS counts each key named)
+                        missing: list[str] = []
+                        if await pipe.exists(*keys) != len(keys):
+                            present = [await pipe.exists(k) for k in keys]
+                            missing = [n for n, ok in zip(require, present, strict=True) if not ok]
                         if missing:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise NodesGone(missing)
