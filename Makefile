@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget dev-up dev-down clean
+.PHONY: install run test test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget bench-pipeline dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -66,6 +66,9 @@ bench-locomo: install
 
 bench-forget: install
 	$(BIN)/python -m benchmarks forget --write-docs
+
+bench-pipeline: install
+	$(BIN)/python -m benchmarks pipeline --write-docs
 
 dev-up: install
 	@$(BIN)/gaama dev up

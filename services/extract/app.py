@@ -73,7 +73,12 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
         settings,
         port=settings.extract_port,
         source_base=TOPIC_EPISODES,
-        handler=partial(handle, pipeline=pipeline, forgetting=svc.stores.forgetting(settings)),
+        handler=partial(
+            handle,
+            pipeline=pipeline,
+            forgetting=svc.stores.forgetting(settings),
+            concurrency=settings.llm_concurrency,
+        ),
         metrics=metrics,
         batch_size=settings.extract_batch,
     )

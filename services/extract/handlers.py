@@ -7,6 +7,8 @@ Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaa
 
 from __future__ import annotations
 
+import asyncio
+
 from gaama.events import (
     TOPIC_FACTS,
     EpisodeStored,
@@ -35,21 +37,53 @@ def validate_episode(record: Record) -> EpisodeStored | ForgetRequested:
 
 
 async def handle(
-    batch: list[Record], pipeline: ExtractionPipeline, forgetting: Forgetting | None = None
+    batch: list[Record],
+    pipeline: ExtractionPipeline,
+    forgetting: Forgetting | None = None,
+    concurrency: int = 1,
 ) -> BatchResult:
-    """Episodes in arrival order (turn order per conversation); a forget request takes its
-    episodes out of open chunks and travels on to reflect."""
+    """Episodes in arrival order within each conversation; the conversations of a batch run
+    side by side, up to ``concurrency`` at once, so that one chunk's LLM call does not hold up
+    the others. A forget request waits for the episodes before it, and holds back those after
+    it, then travels on to reflect (it takes its episodes out of open chunks)."""
     result = BatchResult()
+    lanes: dict[tuple[str, str], list[EpisodeStored]] = {}
     for record, ev in decoded(batch, result, validate_episode):
         if isinstance(ev, ForgetRequested):
+            await _run_lanes(lanes, pipeline, concurrency, result)
+            lanes = {}
             if forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
                 continue
             await forgetting.at_extract(ev)
             result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))
             continue
-        done = await pipeline.on_episode(ev)
+        lanes.setdefault((ev.tenant, ev.conversation), []).append(ev)
+    await _run_lanes(lanes, pipeline, concurrency, result)
+    return result
+
+
+async def _run_lanes(
+    lanes: dict[tuple[str, str], list[EpisodeStored]],
+    pipeline: ExtractionPipeline,
+    concurrency: int,
+    result: BatchResult,
+) -> None:
+    gate = asyncio.Semaphore(max(1, concurrency))
+
+    async def lane(events: list[EpisodeStored]) -> list[FactsExtracted]:
+        async with gate:
+            done: list[FactsExtracted] = []
+            for ev in events:
+                done += await pipeline.on_episode(ev)
+            return done
+
+    outcomes = await asyncio.gather(*(lane(evs) for evs in lanes.values()), return_exceptions=True)
+    for outcome in outcomes:  # the batch fails as a whole, as it would have in sequence
+        if isinstance(outcome, BaseException):
+            raise outcome
+    for done in outcomes:
+        assert not isinstance(done, BaseException)
         result.out += facts_out(done)
         for e in done:
             result.stored["fact"] += len(e.new_fact_ids)
-    return result

@@ -221,10 +221,12 @@ class FakeOpenAIServer:
         responder: Computes the answer when no behaviour is scripted.
         reject_formats: ``response_format`` types always answered with a 400, like a server
             that does not support them (e.g. ``{"json_schema"}``).
+        latency_s: How long every unscripted chat answer takes (a model's fixed latency).
     """
 
-    def __init__(self, responder: Responder = default_responder) -> None:
+    def __init__(self, responder: Responder = default_responder, latency_s: float = 0.0) -> None:
         self.responder = responder
+        self.latency_s = latency_s
         self.reject_formats: set[str] = set()
         self.requests: list[dict[str, Any]] = []
         self.in_flight = 0
@@ -324,6 +326,8 @@ class FakeOpenAIServer:
                 # A server-wide limitation: answered before, and without using up, the script.
                 return self._reject(fmt)
             behaviour = self._script.popleft() if self._script else None
+            if behaviour is None and self.latency_s > 0:
+                behaviour = slow(self.latency_s)
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:

@@ -17,9 +17,11 @@ All CPU work is synchronous and fast (a few milliseconds a turn); the async meth
 
 from __future__ import annotations
 
+import asyncio
 import calendar
 import re
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from functools import lru_cache
 from typing import Any
@@ -97,6 +99,14 @@ _HEDGES = (
 )
 _MAX_FACT_CONCEPTS = 2
 _MAX_EPISODE_CONCEPTS = 3
+
+
+@lru_cache(maxsize=1)
+def _worker() -> ThreadPoolExecutor:
+    # Tens of milliseconds of parsing per chunk would stall the consumer's event loop
+    # (heartbeats, timers, other conversations' Redis replies). One thread: the YAKE and pysbd
+    # instances are shared and not documented as thread-safe, and the GIL allows no more anyway.
+    return ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-extractor")
 
 
 @lru_cache(maxsize=1)
@@ -219,8 +229,10 @@ class OfflineExtractor:
     async def extract(
         self, chunk: list[EpisodeView], context: ExtractionContext
     ) -> ExtractionResult:
-        """Facts and 1–3 concepts per episode for one chunk (see :meth:`extract_sync`)."""
-        return self.extract_sync(chunk, context)
+        """Facts and 1–3 concepts per episode for one chunk (see :meth:`extract_sync`), worked
+        out on the extractor's thread, off the event loop."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(_worker(), self.extract_sync, chunk, context)
 
     async def reflect(
         self, facts: list[ReflectionInput], existing: list[str]

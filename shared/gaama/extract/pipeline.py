@@ -103,13 +103,24 @@ class ExtractionPipeline:
         return [] if done is None else [done]
 
     async def close_idle(self) -> list[FactsExtracted]:
-        out = []
-        for t, conv in await self.d.chunks.idle(self._now() - self.s.chunk_idle_s):
-            if (done := await self.close(t, conv, "idle")) is not None:
-                out.append(done)
-            else:
-                await self.d.chunks.forget_if_empty(t, conv)
-        return out
+        """Close the chunks idle for ``chunk_idle_s``, up to ``llm_concurrency`` at once (each
+        is another conversation: their extractor calls overlap)."""
+        gate = asyncio.Semaphore(self.s.llm_concurrency)
+
+        async def close_one(t: str, conv: str) -> FactsExtracted | None:
+            async with gate:
+                if (done := await self.close(t, conv, "idle")) is None:
+                    await self.d.chunks.forget_if_empty(t, conv)
+                return done
+
+        idle = await self.d.chunks.idle(self._now() - self.s.chunk_idle_s)
+        closed = await asyncio.gather(
+            *(close_one(t, conv) for t, conv in idle), return_exceptions=True
+        )
+        for outcome in closed:  # a failed close fails the tick, once the others are done
+            if isinstance(outcome, BaseException):
+                raise outcome
+        return [done for done in closed if isinstance(done, FactsExtracted)]
 
     async def close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
         # A short lease, renewed while the close runs (however long the LLM takes): if this
@@ -213,27 +224,36 @@ class ExtractionPipeline:
         )
 
     async def _canonical_concepts(
-        self, tenant: str, labels: list[str]
+        self, tenant: str, labels: list[str], vecs: np.ndarray
     ) -> tuple[dict[str, str], dict[str, Node]]:
-        """Map each raw label to its canonical label; new concept nodes (with vectors) by label.
+        """Map each distinct raw label (``vecs``: their embeddings, in order) to its canonical
+        label; new concept nodes (with vectors) by label.
 
         Reuse order: the same label (same id), an existing concept whose embedding is within
         ``concept_merge_similarity``, a string near-duplicate among the nearest existing labels
         or the labels of this chunk. Concepts never merge across tenants: every lookup is scoped.
+        Each label costs one nearest-neighbour search, whatever the tenant's number of concepts;
+        the searches run concurrently and their nodes are read in one round trip.
         """
         mapping: dict[str, str] = {}
         new: dict[str, Node] = {}
-        uniq = list(dict.fromkeys(labels))
-        if not uniq:
+        if not labels:
             return mapping, new
-        vecs = await self.d.embedder.embed([label_text(x) for x in uniq])
-        present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in uniq])
-        for label, vec in zip(uniq, vecs, strict=True):
-            if ids.concept_id(tenant, label) in present:
+        present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in labels])
+        unseen = [i for i, x in enumerate(labels) if ids.concept_id(tenant, x) not in present]
+        searches = await asyncio.gather(
+            *(self.d.index.knn(tenant, vecs[i], 5, kinds=[NodeKind.CONCEPT]) for i in unseen)
+        )
+        hits_of = dict(zip(unseen, searches, strict=True))
+        found = await self.d.graph.get_nodes(
+            tenant, list(dict.fromkeys(h.id for hits in searches for h in hits))
+        )
+        for i, (label, vec) in enumerate(zip(labels, vecs, strict=True)):
+            if i not in hits_of:
                 mapping[label] = label
                 continue
-            hits = await self.d.index.knn(tenant, vec, 5, kinds=[NodeKind.CONCEPT])
-            near = await self.d.graph.get_nodes(tenant, [h.id for h in hits])
+            hits = hits_of[i]
+            near = {h.id: found[h.id] for h in hits if h.id in found}
             if (
                 hits
                 and hits[0].similarity >= self.s.concept_merge_similarity
@@ -273,7 +293,13 @@ class ExtractionPipeline:
         by_id = {e.id: e for e in chunk}
         raw_labels = [lab for labs in result.episode_concepts.values() for lab in labs]
         raw_labels += [lab for f in result.facts for lab in f.concepts]
-        mapping, new_concepts = await self._canonical_concepts(tenant, raw_labels)
+        distinct = list(dict.fromkeys(raw_labels))
+        # concepts and facts of the chunk are embedded in one call
+        texts = [label_text(x) for x in distinct] + [d.text for d in result.facts]
+        vecs = await self.d.embedder.embed(texts) if texts else np.zeros((0, 0), np.float32)
+        mapping, new_concepts = await self._canonical_concepts(
+            tenant, distinct, vecs[: len(distinct)]
+        )
         cid = {lab: ids.concept_id(tenant, mapping[lab]) for lab in mapping}
 
         edges: list[Edge] = []
@@ -283,7 +309,7 @@ class ExtractionPipeline:
                     Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(labels)
                 ]
         fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await self._facts(
-            tenant, conversation, result.facts, chunk_ids, by_id
+            tenant, conversation, result.facts, vecs[len(distinct) :], chunk_ids, by_id
         )
         for draft, fid in zip(result.facts, all_fact_ids, strict=True):
             if fid is None:
@@ -344,36 +370,63 @@ class ExtractionPipeline:
         tenant: str,
         conversation: str,
         drafts: list[FactDraft],
+        vecs: np.ndarray,
         chunk_ids: set[str],
         by_id: dict[str, EpisodeView],
     ) -> tuple[list[Node], dict[str, dict[str, str]], list[str | None], list[str]]:
-        """Dedupe facts: same text → same id; a near-duplicate of the same tenant and subject
-        (cosine ≥ fact_dedupe_similarity) → the existing fact, which gains the new sources."""
+        """Dedupe facts (``vecs``: their embeddings, in order): same text → same id; a
+        near-duplicate of the same tenant and subject (cosine ≥ fact_dedupe_similarity) → the
+        existing fact, which gains the new sources.
+
+        A fixed number of round trips per chunk: which ids exist (one), the nearest same-subject
+        fact of each new text (concurrent searches), the sources of the existing ones (one)."""
         if not drafts:
             return [], {}, [], []
-        vecs = await self.d.embedder.embed([d.text for d in drafts])
+        sourced = [
+            (draft, vec, [s for s in draft.source_episode_ids if s in chunk_ids])
+            for draft, vec in zip(drafts, vecs, strict=True)
+        ]
+        usable = [i for i, (d, _, src) in enumerate(sourced) if src and d.text.strip()]
+        own_id = {i: ids.fact_id(tenant, sourced[i][0].text) for i in usable}
+        stored = await self.d.graph.existing(tenant, list(dict.fromkeys(own_id.values())))
+        # Drafts whose text is new search for a near-duplicate; a text repeated in the chunk
+        # finds the same one each time.
+        searched = list(dict.fromkeys(f for f in own_id.values() if f not in stored))
+        first = {f: i for i, f in reversed(list(own_id.items()))}
+        searches = await asyncio.gather(
+            *(
+                self.d.index.knn(
+                    tenant,
+                    sourced[first[f]][1],
+                    1,
+                    kinds=[NodeKind.FACT],
+                    subject=sourced[first[f]][0].subject or None,
+                )
+                for f in searched
+            )
+        )
+        resolved_of = dict(own_id)
+        for f, hits in zip(searched, searches, strict=True):
+            if hits and hits[0].similarity >= self.s.fact_dedupe_similarity:
+                resolved_of.update({i: hits[0].id for i, g in own_id.items() if g == f})
+        # every stored node has a kind: a row here means the fact exists
+        mine = set(own_id.values())
+        targets = [f for f in dict.fromkeys(resolved_of.values()) if f in stored or f not in mine]
+        existing = await self.d.graph.get_fields(tenant, targets, ["sources", "kind"])
         nodes: dict[str, Node] = {}
         fields: dict[str, dict[str, str]] = {}
         resolved: list[str | None] = []
         new_ids: list[str] = []
-        for draft, vec in zip(drafts, vecs, strict=True):
-            sources = [s for s in draft.source_episode_ids if s in chunk_ids]
-            if not sources or not draft.text.strip():
+        for i, (draft, vec, sources) in enumerate(sourced):
+            if i not in resolved_of:
                 resolved.append(None)
                 continue
-            fid = ids.fact_id(tenant, draft.text)
-            if fid not in nodes and not await self.d.graph.exists(tenant, fid):
-                hits = await self.d.index.knn(
-                    tenant, vec, 1, kinds=[NodeKind.FACT], subject=draft.subject or None
-                )
-                if hits and hits[0].similarity >= self.s.fact_dedupe_similarity:
-                    fid = hits[0].id
+            fid = resolved_of[i]
             if fid in nodes:  # same fact twice in this chunk
                 prev = nodes[fid].extra["sources"].split(",")
                 nodes[fid].extra["sources"] = ",".join(dict.fromkeys(prev + sources))
-            elif await self.d.graph.exists(tenant, fid):
-                old = await self.d.graph.get_fields(tenant, [fid], ["sources"])
-                prev_raw = (old.get(fid) or [None])[0]
+            elif fid in existing:
+                prev_raw = existing[fid][0]
                 prev = prev_raw.decode().split(",") if prev_raw else []
                 fields[fid] = {"sources": ",".join(dict.fromkeys(prev + sources))}
             else:

@@ -10,6 +10,7 @@ in one MULTI/EXEC, so a redelivered event changes nothing.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -31,6 +32,10 @@ from gaama.store.vectors import VectorIndex
 log = logging.getLogger("gaama.reflect")
 
 RELATED_PER_FACT = 8
+#: Fewest words a fact has ("X went hiking (said on 8 May 2023)."): with the word budget, bounds
+#: how many facts of one concept can ever be given to the extractor.
+MIN_FACT_WORDS = 4
+_PAGE = 64  # candidate facts read per round trip
 
 
 @dataclass
@@ -65,6 +70,23 @@ class ReflectionPipeline:
             await self.d.outbox.done(ev.tenant, ev.chunk_id)
         return written
 
+    async def _within_budget(self, tenant: str, candidates: list[str]) -> dict[str, Node]:
+        """The candidates, in order, that fit ``context_words`` (missing ones skipped), read a
+        page at a time so that a long candidate list costs only what the budget admits."""
+        budget = self.s.context_words
+        out: dict[str, Node] = {}
+        for start in range(0, len(candidates), _PAGE):
+            page = candidates[start : start + _PAGE]
+            nodes = await self.d.graph.get_nodes(tenant, page)
+            for fid in page:
+                if (n := nodes.get(fid)) is None:
+                    continue
+                budget -= word_count(n.text)
+                if budget < 0:
+                    return out
+                out[fid] = n
+        return out
+
     async def _reflect(self, ev: FactsExtracted) -> list[str]:
         t = ev.tenant
         mark = f"reflected:{ev.chunk_id}"
@@ -76,43 +98,44 @@ class ReflectionPipeline:
             return []
         order = list(new_facts)
         vecs = await self.d.graph.vectors(t, order, dim)
-        # facts sharing a concept with a new fact
+        # facts sharing a concept with a new fact: a bounded read per concept (a concept of a
+        # large tenant holds thousands of facts; the word budget admits a few hundred at most)
         adj = await self.d.graph.neighbours(t, order)
         concept_ids = list(
             dict.fromkeys(
                 nb.node for i in order for nb in adj[i] if nb.kind is EdgeKind.ABOUT_CONCEPT
             )
         )
-        cadj = await self.d.graph.neighbours(t, concept_ids)
-        shared = [
-            nb.node
-            for c in concept_ids
-            for nb in cadj[c]
-            if nb.kind is EdgeKind.ABOUT_CONCEPT and not nb.outgoing
-        ]
+        per_concept = await self.d.graph.neighbours_of_kind(
+            t,
+            concept_ids,
+            EdgeKind.ABOUT_CONCEPT,
+            outgoing=False,
+            limit=self.s.context_words // MIN_FACT_WORDS,
+        )
+        shared = [f for c in concept_ids for f in per_concept[c]]
         similar: list[str] = []
-        for v in vecs:
-            similar += [
-                h.id for h in await self.d.index.knn(t, v, RELATED_PER_FACT, kinds=[NodeKind.FACT])
-            ]
+        for hits in await asyncio.gather(
+            *(self.d.index.knn(t, v, RELATED_PER_FACT, kinds=[NodeKind.FACT]) for v in vecs)
+        ):
+            similar += [h.id for h in hits]
         candidates = list(dict.fromkeys([*order, *shared, *similar]))
-        nodes = await self.d.graph.get_nodes(t, candidates)
+        nodes = await self._within_budget(t, candidates)
         cadj_by_fact = await self.d.graph.neighbours(t, list(nodes))
         concept_nodes = await self.d.graph.get_nodes(t, concept_ids)
-        budget = self.s.context_words
-        inputs: list[ReflectionInput] = []
-        for fid in candidates:
-            if (n := nodes.get(fid)) is None:
-                continue
-            budget -= word_count(n.text)
-            if budget < 0:
-                break
-            labels = tuple(
-                concept_nodes[nb.node].text
-                for nb in cadj_by_fact.get(fid, ())
-                if nb.kind is EdgeKind.ABOUT_CONCEPT and nb.node in concept_nodes
+        inputs = [
+            ReflectionInput(
+                id=fid,
+                text=n.text,
+                concepts=tuple(
+                    concept_nodes[nb.node].text
+                    for nb in cadj_by_fact.get(fid, ())
+                    if nb.kind is EdgeKind.ABOUT_CONCEPT and nb.node in concept_nodes
+                ),
+                subject=n.subject,
             )
-            inputs.append(ReflectionInput(id=fid, text=n.text, concepts=labels, subject=n.subject))
+            for fid, n in nodes.items()
+        ]
         centre = vecs.mean(axis=0)
         near = (
             await self.d.index.knn(t, centre, 10, kinds=[NodeKind.REFLECTION])

@@ -18,7 +18,7 @@ from redis.exceptions import WatchError
 
 from gaama.errors import NodesGone, ValidationError
 from gaama.ids import kind_of
-from gaama.model import EDGE_ENDPOINTS, Edge, Neighbour, Node, NodeKind
+from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
 from gaama.store import cluster, scripts
 from gaama.store.codecs import (
     NEXT_STORED_WEIGHT,
@@ -47,6 +47,7 @@ class GraphStore(SubgraphReads):
         # HGETALL, HMGET and EXISTS over a batch: one script call, because redis-py's cost per
         # command dominates a pipeline of single commands (docs/benchmarks.md, "Batched reads").
         self._batched = scripts.register(redis, "batched_read.lua")
+        self._of_kind = scripts.register(redis, "neighbours_of_kind.lua")
 
     async def _many(self, command: str, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
         out: list[Any] = []
@@ -115,8 +116,11 @@ class GraphStore(SubgraphReads):
                 while True:
                     try:
                         await pipe.watch(*keys)
-                        present = [await pipe.exists(k) for k in keys]
-                        missing = [n for n, ok in zip(require, present, strict=True) if not ok]
+                        # one round trip when all are there (EXISTS counts each key named)
+                        missing: list[str] = []
+                        if await pipe.exists(*keys) != len(keys):
+                            present = [await pipe.exists(k) for k in keys]
+                            missing = [n for n, ok in zip(require, present, strict=True) if not ok]
                         if missing:
                             await pipe.reset()  # type: ignore[no-untyped-call]
                             raise NodesGone(missing)
@@ -217,6 +221,37 @@ class GraphStore(SubgraphReads):
         return {
             i: [parse_adjacency(flat[j + 1], flat[j].decode()) for j in range(0, len(flat), 2)]
             for i, flat in zip(ids, rows, strict=True)
+        }
+
+    async def neighbours_of_kind(
+        self,
+        tenant: str,
+        ids: Sequence[str],
+        kind: EdgeKind,
+        *,
+        outgoing: bool,
+        limit: int,
+        scan_cap: int | None = None,
+    ) -> dict[str, list[str]]:
+        """Up to ``limit`` neighbours of each node along ``kind`` edges in one direction, in
+        one round trip (per 1000 nodes), at a cost bounded by ``limit`` and not by the degree.
+
+        A node of at most a hundred or so edges gives the same neighbours, in the same order,
+        as :meth:`neighbours`; a hub gives the first ``limit`` in hash-scan order, having
+        examined at most ``scan_cap`` (default ``20 × limit``) of its entries.
+        """
+        if not ids or limit <= 0:
+            return {i: [] for i in ids}
+        want = f"{kind.value}|{'o' if outgoing else 'i'}|"
+        cap = scan_cap if scan_cap is not None else 20 * limit
+        rows: list[Any] = []
+        keys = [self.keys.adj(tenant, i) for i in ids]
+        with store_errors():
+            for i in range(0, len(keys), _BATCH):
+                rows += await self._of_kind(keys=keys[i : i + _BATCH], args=[want, limit, cap])
+        return {
+            i: [n.decode() if isinstance(n, bytes) else str(n) for n in row]
+            for i, row in zip(ids, rows, strict=True)
         }
 
     async def existing(self, tenant: str, ids: Sequence[str]) -> set[str]:

@@ -58,6 +58,11 @@ class Outbox:
         with store_errors():
             await pipe.execute()
 
+    async def pending(self, tenant: str) -> int:
+        """Entries of ``tenant`` not handled yet."""
+        with store_errors():
+            return int(await self.redis.zcard(self._index(tenant)))
+
     async def stale(self, older_than: float, limit: int = 100) -> list[tuple[str, str, bytes]]:
         """``(tenant, name, payload)`` of entries written before ``older_than``."""
         out: list[tuple[str, str, bytes]] = []

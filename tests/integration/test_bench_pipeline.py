@@ -1,0 +1,137 @@
+"""The pipeline benchmark's freshness measurement on a constructed run whose answer is known.
+
+Turns are "sent" at known moments of a hand-driven clock; their episodes and facts are written
+to the real Redis (and so to the real vector index) at other known moments; the measurement
+lists each conversation through the index, as the query API does, at each poll. The freshness
+figures must be exactly the differences the script wrote.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import numpy as np
+import pytest
+
+from benchmarks.pipeline import Freshness, cpu_seconds, store_sources
+from gaama import ids
+from gaama.model import Node, NodeKind
+from gaama.store.bulk import BulkLoader
+from gaama.store.graph import GraphStore
+from gaama.store.vectors import VectorIndex
+
+pytestmark = pytest.mark.requires_stack
+
+T = "acme"
+WHEN = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
+
+
+class Clock:
+    now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _lister(index: VectorIndex):
+    async def list_conversation(conv: str) -> list[tuple[str, str]]:
+        rows = await index.scan(
+            T, kinds=[NodeKind.EPISODE, NodeKind.FACT], conversation=conv, limit=None
+        )
+        return [(node_id, kind.value) for node_id, kind, _ in rows]
+
+    return list_conversation
+
+
+def _episode(conv: str, turn: str) -> Node:
+    return Node(
+        id=ids.episode_id(T, conv, turn),
+        tenant=T,
+        kind=NodeKind.EPISODE,
+        text=f"{conv} {turn}",
+        time=WHEN,
+        conversation=conv,
+        turn_id=turn,
+    )
+
+
+def _fact(text: str, conv: str, sources: list[Node]) -> Node:
+    return Node(
+        id=ids.fact_id(T, text),
+        tenant=T,
+        kind=NodeKind.FACT,
+        text=text,
+        time=WHEN,
+        conversation=conv,
+        extra={"sources": ",".join(s.id for s in sources)},
+    )
+
+
+async def _write(graph: GraphStore, *nodes: Node) -> None:
+    vecs = np.ones((len(nodes), 384), dtype=np.float32) / np.sqrt(384)
+    await BulkLoader(graph).write_batch(T, list(nodes), list(vecs))
+
+
+async def test_freshness_is_the_time_from_send_to_listed(graph, index, settings):
+    clock = Clock()
+    fresh = Freshness(_lister(index), store_sources(graph, T), clock=clock)
+    a1, a2, b1 = _episode("a", "D1:1"), _episode("a", "D1:2"), _episode("b", "D1:1")
+    fresh.sent(a1.id, "a", at=0.0)
+    fresh.sent(a2.id, "a", at=0.5)
+    fresh.sent(b1.id, "b", at=1.0)
+
+    clock.now = 2.0
+    await _write(graph, a1)
+    await fresh.poll()
+    clock.now = 3.0
+    await _write(graph, a2, b1, _fact("Ann likes tea.", "a", [a1]))
+    await fresh.poll()
+    clock.now = 7.0  # a fact citing a1 again (seen already) and b1 (first time)
+    await _write(graph, _fact("Bob likes tea too.", "b", [a1, b1]))
+    await fresh.poll()
+    assert fresh.all_episodes_seen()
+
+    # episodes: a1 2.0 - 0.0, a2 3.0 - 0.5, b1 3.0 - 1.0; facts: a1 3.0 - 0.0, b1 7.0 - 1.0;
+    # a2 has none
+    assert fresh.episode_seen == {a1.id: 2.0, a2.id: 3.0, b1.id: 3.0}
+    assert fresh.fact_seen == {a1.id: 3.0, b1.id: 7.0}
+    figures = fresh.figures()
+    assert figures["episode_fresh_p50_s"] == 2.0
+    assert figures["episode_fresh_p99_s"] == pytest.approx(2.49)  # between 2.0 and 2.5
+    assert figures["fact_fresh_p50_s"] == 4.5
+    assert figures["turns_with_facts"] == 2
+
+
+async def test_settled_conversations_stop_being_listed(graph, index, settings):
+    clock = Clock()
+    listed: list[str] = []
+    inner = _lister(index)
+
+    async def counting(conv: str) -> list[tuple[str, str]]:
+        listed.append(conv)
+        return await inner(conv)
+
+    fresh = Freshness(counting, store_sources(graph, T), clock=clock)
+    a1, b1 = _episode("a", "D1:1"), _episode("b", "D1:1")
+    fresh.sent(a1.id, "a", at=0.0)
+    fresh.sent(b1.id, "b", at=0.0)
+    await _write(graph, a1)
+    # "b" is settled by the caller's account but its episode is not listed yet: kept
+    await fresh.poll(settled=["a", "b"])
+    assert fresh.waiting() == ["b"]
+    await _write(graph, b1)
+    await fresh.poll(settled=["b"])
+    assert fresh.waiting() == []
+    listed.clear()
+    await fresh.poll()
+    assert listed == []
+
+
+def test_cpu_seconds_counts_this_process() -> None:
+    import os
+
+    before = cpu_seconds(os.getpid())
+    x = 0
+    while cpu_seconds(os.getpid()) - before < 0.05:  # burns CPU until the counter moves
+        x += 1
+    assert cpu_seconds(os.getpid()) > before
