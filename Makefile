@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast lint format bench-ingest bench-query bench-embed bench-locomo bench-forget dev-up dev-down clean
+.PHONY: install run test test-fast lint format bench-ingest bench-query bench-embed bench-locomo bench-forget chaos dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -59,6 +59,10 @@ bench-locomo: install
 
 bench-forget: install
 	$(BIN)/python -m benchmarks forget --write-docs
+
+## Kills and outages (services, Redis, broker, LLM) against a clean run; exits 1 if one fails.
+chaos: install
+	$(BIN)/python -m benchmarks chaos --write-docs
 
 dev-up: install
 	@$(BIN)/gaama dev up
