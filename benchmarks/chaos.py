@@ -81,6 +81,9 @@ LLM_TIMEOUT_S = 3.0
 #: docs/architecture.md, "Delivery guarantees". They are counted and checked for completeness.
 EXACT_NODES = frozenset({NodeKind.EPISODE.value, NodeKind.FACT.value})
 EXACT_EDGES = frozenset({EdgeKind.NEXT.value, EdgeKind.DERIVED_FROM.value})
+#: Every conversation ends with an end-of-session turn, so no chunk needs the idle close; a close
+#: that happens anyway (shorter than the outages and restarts here) moves a chunk boundary.
+CHUNK_IDLE_S = 20.0
 STABLE_POLLS = 3  # consecutive equal polls (2 s apart) after every chunk is reflected
 
 
@@ -233,6 +236,7 @@ class TenantGraph:
     edges: set[tuple[str, str, str]]  # (from, to, kind), outgoing direction
     vectors: dict[str, int]  # indexed nodes by kind
     chains: dict[str, int]  # conversation -> episodes in its NEXT chain
+    chunks: dict[str, str]  # episode -> the chunk it was extracted in
 
     def exact(self) -> tuple[set[tuple[str, str]], set[tuple[str, str, str]], dict[str, int]]:
         """Nodes, edges and indexed vectors of the kinds that must equal the reference's."""
@@ -257,11 +261,15 @@ class TenantGraph:
 async def read_graph(redis: Any, index: VectorIndex, keys: Keys, tenant: str) -> TenantGraph:
     nodes: dict[str, str] = {}
     node_keys = [k async for k in redis.scan_iter(match=f"{keys.prefix}:node:{{{tenant}}}:*")]
+    chunks: dict[str, str] = {}
     pipe = redis.pipeline(transaction=False)
     for k in node_keys:
-        pipe.hget(k, "kind")
-    for k, kind in zip(node_keys, await pipe.execute(), strict=True):
-        nodes[keys.id_from_node_key(k.decode())] = (kind or b"").decode()
+        pipe.hmget(k, ["kind", "chunk"])
+    for k, (kind, chunk) in zip(node_keys, await pipe.execute(), strict=True):
+        node = keys.id_from_node_key(k.decode())
+        nodes[node] = (kind or b"").decode()
+        if nodes[node] == NodeKind.EPISODE.value:
+            chunks[node] = (chunk or b"").decode()
     edges = set()
     adj_keys = [k async for k in redis.scan_iter(match=f"{keys.adj_prefix(tenant)}*")]
     pipe = redis.pipeline(transaction=False)
@@ -276,7 +284,7 @@ async def read_graph(redis: Any, index: VectorIndex, keys: Keys, tenant: str) ->
     chains = {}
     async for k in redis.scan_iter(match=f"{keys.prefix}:chain:{{{tenant}}}:*"):
         chains[k.decode().rsplit(":", 1)[1]] = int(await redis.zcard(k))
-    return TenantGraph(nodes, edges, await index.count(tenant), chains)
+    return TenantGraph(nodes, edges, await index.count(tenant), chains, chunks)
 
 
 async def settled(redis: Any, keys: Keys, opts: Options) -> tuple[bool, tuple[Any, ...]]:
@@ -299,6 +307,24 @@ async def settled(redis: Any, keys: Keys, opts: Options) -> tuple[bool, tuple[An
 
 
 # --- one run -----------------------------------------------------------------------------------
+
+#: What the current run started, for :func:`_reap` when the run is interrupted (SIGTERM, Ctrl-C)
+#: before its own clean-up could finish.
+_STARTED: dict[str, Any] = {}
+
+
+def _reap() -> None:
+    procs: dict[str, ServiceProcess] = _STARTED.pop("procs", {})
+    for p in procs.values():
+        if p.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(p.proc.pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.proc.wait(timeout=10)
+    for what in ("llm", "stack", "moto"):
+        if (thing := _STARTED.pop(what, None)) is not None:
+            with contextlib.suppress(Exception):
+                thing.stop()
 
 
 class Moto:
@@ -401,7 +427,7 @@ async def _query_load(url: str, opts: Options, stop: asyncio.Event, seen: Counte
 async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None) -> Run:
     name = scenario.name if scenario else "reference"
     work = Path(tempfile.mkdtemp(prefix=f"gaama-chaos-{name}-"))
-    moto = Moto(work) if scenario and scenario.broker_kill else None
+    moto = _STARTED["moto"] = Moto(work) if scenario and scenario.broker_kill else None
     stack = await asyncio.to_thread(
         devstack.start_stack,
         work / "stack",
@@ -412,7 +438,8 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         broker_storage="s3://tansu/" if moto else "memory://tansu/",
         broker_env=moto.env() if moto else None,
     )
-    llm = FakeOpenAIServer().start()
+    _STARTED["stack"] = stack
+    llm = _STARTED["llm"] = FakeOpenAIServer().start()
     if scenario and scenario.llm_fault_rate:
         llm.script(*fault_script(scenario.llm_fault_rate, opts.seed))
     settings = load_settings(
@@ -421,7 +448,7 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         key_prefix=PREFIX,
         index_name=f"{PREFIX}-idx",
         topic_prefix=f"{PREFIX}.",
-        chunk_idle_s=3.0,
+        chunk_idle_s=CHUNK_IDLE_S,
         api_keys=[ApiKey(key_sha256=hash_api_key(f"key-{t}"), tenant=t) for t in tenants(opts)],
     )
     extra = {
@@ -433,7 +460,9 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         "GAAMA_OUTBOX_RESEND_S": "20",
     }
     logs = work / "logs"
-    procs = {n: ServiceProcess(n, settings, logs, extra=extra) for n in SERVICES}
+    procs = _STARTED["procs"] = {
+        n: ServiceProcess(n, settings, logs, extra=extra) for n in SERVICES
+    }
     redis = connect(stack.redis_url, socket_timeout=10)
     keys = Keys(PREFIX)
     index = VectorIndex(redis, settings.index_name, settings.embed_dim, keys)
@@ -540,6 +569,10 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         letters = await dead_letters(stack.kafka_bootstrap)
     finally:
         stop_load.set()
+        for p in procs.values():  # all at once: each takes a few seconds to shut down
+            if p.alive():
+                assert p.proc is not None
+                os.killpg(p.proc.pid, signal.SIGTERM)
         for p in procs.values():
             p.stop()
         await redis.aclose()
@@ -547,6 +580,7 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         stack.stop()
         if moto:
             moto.stop()
+        _STARTED.clear()
     left = [f"{n} (pgid {p.proc.pid})" for n, p in procs.items() if p.proc and _group_alive(p)]
     for pid, what in ((stack.redis_pid, "redis"), (stack.kafka_pid, "broker")):
         if pid and devstack._alive(pid):
@@ -582,7 +616,7 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
     poison = (
         {v for _, v in poison_records()} if run.scenario is None or run.scenario.poison else set()
     )
-    lost = duplicated = edges_missing = edges_extra = unindexed = untagged = 0
+    lost = duplicated = edges_missing = edges_extra = unindexed = untagged = rechunked = 0
     vectors_equal = True
     per_tenant = {}
     for tenant, want in ref.graphs.items():
@@ -597,6 +631,8 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         edges_extra += len(ge - we)
         vectors_equal &= wv == gv
         unindexed += got.unindexed()
+        t_moved = sum(1 for e, c in want.chunks.items() if got.chunks.get(e, c) != c)
+        rechunked += t_moved
         untagged += max(0, got.without_concept() - want.without_concept())
         per_tenant[tenant] = {
             "nodes": len(got.nodes),
@@ -604,6 +640,9 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
             "vectors": got.vectors,
             "lost": t_lost,
             "duplicated": t_dup,
+            "rechunked": t_moved,
+            "chunks": len(set(got.chunks.values())),
+            "chunks_reference": len(set(want.chunks.values())),
             "missing_sample": sorted(wn - gn)[:5],
             "extra_sample": sorted(gn - wn)[:5],
             "concepts": got.count(NodeKind.CONCEPT),
@@ -622,6 +661,7 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         and not edges_extra
         and vectors_equal
         and not unindexed
+        and not rechunked
         and not untagged
         and not unexpected
         and not poison_missing
@@ -639,6 +679,7 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         "edges_extra": edges_extra,
         "vectors_equal": vectors_equal,
         "unindexed": unindexed,
+        "rechunked": rechunked,
         "episodes_without_concept": untagged,
         "dlq_unexpected": unexpected,
         "dlq_poison": sum(n for v, n in dead.items() if v in poison),
@@ -722,7 +763,10 @@ def docs_section(doc: dict[str, Any]) -> str:
 
 
 def main(opts: Options) -> dict[str, Any]:
-    doc = asyncio.run(_main(opts))
+    try:
+        doc = asyncio.run(_main(opts))
+    finally:
+        _reap()
     if opts.json_path:
         opts.json_path.parent.mkdir(parents=True, exist_ok=True)
         opts.json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")

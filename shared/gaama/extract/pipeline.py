@@ -102,7 +102,18 @@ class ExtractionPipeline:
         done = await self.close(tenant, conversation, why)
         return [] if done is None else [done]
 
-    async def close_idle(self) -> list[FactsExtracted]:
+    async def close_idle(self, input_quiet_s: float = float("inf")) -> list[FactsExtracted]:
+        """Close the chunks of conversations silent for ``chunk_idle_s``.
+
+        Args:
+            input_quiet_s: How long the caller has had nothing left to process. A chunk is idle
+                only if its conversation was silent while the pipeline kept up: after an outage
+                or a restart the turns that follow may still be in the backlog, and closing
+                before they arrive would move the chunk's boundary (the same turns would make
+                other chunks, and other facts, than in a run without the outage).
+        """
+        if input_quiet_s < self.s.chunk_idle_s:
+            return []
         out = []
         for t, conv in await self.d.chunks.idle(self._now() - self.s.chunk_idle_s):
             if (done := await self.close(t, conv, "idle")) is not None:
