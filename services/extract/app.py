@@ -27,14 +27,27 @@ def idle_chunks_task(
     pipeline: ExtractionPipeline,
     publish: Publish,
     metrics: StageMetrics,
+    caught_up: Callable[[], bool],
     stall: Stall | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> Periodic:
     """The idle-chunk timer's tick: close chunks idle for ``chunk_idle_s`` and publish their
     facts. A failed tick (Redis or the broker away) leaves the chunk open in Redis and is retried
-    on the next one; it never stops the worker."""
+    on the next one; it never stops the worker.
+
+    The idle clock runs only while the consumer is ``caught_up`` with its input (nothing read
+    and uncommitted, nothing known left to read): a conversation is not silent because this
+    worker was restarting, waiting for Redis, or still working through a backlog."""
+    quiet_since: float | None = None
 
     async def close_idle() -> None:
-        done = await pipeline.close_idle()
+        nonlocal quiet_since
+        now = clock()
+        if not caught_up():
+            quiet_since = None
+            return
+        quiet_since = now if quiet_since is None else quiet_since
+        done = await pipeline.close_idle(input_quiet_s=now - quiet_since)
         if done:
             await publish(BatchResult(out=facts_out(done)), TOPIC_EPISODES)
             for e in done:
@@ -68,7 +81,7 @@ def outbox_task(
 
 def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None = None) -> StageApp:
     settings, metrics = svc.settings, svc.metrics
-    app, publisher = stage_app(
+    app, publisher, lag = stage_app(
         "extract",
         settings,
         port=settings.extract_port,
@@ -84,7 +97,7 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
     )
     add_ops_pages(app, svc.registry, svc.stores.ready, settings)
 
-    idle = idle_chunks_task(pipeline, publisher.publish, metrics, app.stall)
+    idle = idle_chunks_task(pipeline, publisher.publish, metrics, lag.caught_up, app.stall)
 
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:

@@ -49,7 +49,7 @@ def build_app(
 ) -> StageApp:
     """The faust app: the turns consumer, and the HTTP app served on the worker's loop."""
     s = deps.settings
-    app, _publisher = stage_app(
+    app, _publisher, _lag = stage_app(
         "ingest",
         s,
         port=s.ingest_port,

@@ -20,7 +20,7 @@ def build_app(svc: Service, pipeline: ReflectionPipeline) -> StageApp:
         forgetting=svc.stores.forgetting(settings),
         metrics=forget_metrics("reflect", svc.registry),
     )
-    app, _publisher = stage_app(
+    app, _publisher, _lag = stage_app(
         "reflect",
         settings,
         port=settings.reflect_port,

@@ -66,6 +66,31 @@ class LagMonitor:
         if partition is not None and offset is not None and offset > self._seen.get(partition, -1):
             self._seen[partition] = offset
 
+    def caught_up(self) -> bool:
+        """Whether this replica has committed every record it knows of on the partitions it
+        owns, from local state only (no request). False without an assignment or before the
+        first fetch of an owned partition: a consumer still joining, or one that has not yet
+        seen its partitions' ends, is not idle. A batch in flight (an outage being retried
+        included) is uncommitted, so it is not idle either."""
+        consumer = self.app.consumer
+        try:
+            owned = [tp for tp in consumer.assignment() if tp.topic == self.topic]
+        except ConsumerNotStarted:
+            return False
+        if not owned:
+            return False
+        committed = getattr(consumer, "_committed_offset", {})
+        for tp in owned:
+            fetched = _fetched_highwater(consumer, tp)
+            if fetched is None:
+                return False
+            seen = self._seen.get(tp.partition)
+            high = max(fetched, seen + 1 if seen is not None else 0)
+            done = committed.get(tp)
+            if high > (done if done is not None else 0):
+                return False
+        return True
+
     async def refresh(self) -> dict[int, int]:
         """Set the gauge for every partition of the topic; returns the lag of owned ones."""
         consumer = self.app.consumer

@@ -1,16 +1,17 @@
 """Retry, isolate, dead-letter: the one wrapper around every consumer's handler.
 
-- An outage (``outage``: Redis or the broker unreachable, :class:`StoreUnavailable`,
-  :class:`BrokerUnavailable`) retries the whole batch without limit, exponential backoff capped
-  at :data:`MAX_BACKOFF_S`: dead-lettering every message during an outage would only move the
-  problem; the consumer stalls, lag grows, the alert fires. The stores map every outage to
-  ``StoreUnavailable`` (``gaama.store.errors``); a raw redis-py outage error that escaped them is
-  treated the same, never as poison.
-- A transient error whose own layer has retried it already (``retries_spent``: the LLM client's
-  bounded retries, ``GAAMA_LLM_MAX_RETRIES``) is not retried again here: retrying it would nest
-  the layers. It is dead-lettered with the reason.
-- Any other transient error (a chunk lock that stays taken) gets ``max_retries`` retries with
-  backoff, then the DLQ. Retries are tenacity's, one layer per failure kind (docs/architecture.md,
+- An outage (``outage``: Redis, the broker or the LLM endpoint unavailable,
+  :class:`StoreUnavailable`, :class:`BrokerUnavailable`, :class:`LLMTransientError` once the
+  client's own quick retries are spent) retries the whole batch without limit, exponential
+  backoff capped at :data:`MAX_BACKOFF_S`: dead-lettering every message during an outage would
+  only move the problem (and lose the facts of every dead-lettered turn); the consumer stalls,
+  lag grows, the alert fires. The stores map every outage to ``StoreUnavailable``
+  (``gaama.store.errors``); a raw redis-py outage error that escaped them is treated the same,
+  never as poison.
+- A transient error whose own layer has retried it already (``retries_spent``) is not retried
+  again here: retrying it would nest the layers. It is dead-lettered with the reason.
+- Any other transient error (a chunk lock that stays taken, LLM output still malformed after
+  the client's re-asks) gets ``max_retries`` retries with backoff, then the DLQ. Retries are tenacity's, one layer per failure kind (docs/architecture.md,
   "Delivery guarantees").
 - A permanent error, or an unexpected exception, for a batch is narrowed down by retrying its
   records one by one, so one poison message never takes its neighbours with it.

@@ -262,12 +262,13 @@ def stage_app(
     metrics: StageMetrics,
     batch_size: int,
     window_s: float = 0.2,
-) -> tuple[StageApp, Publisher]:
+) -> tuple[StageApp, Publisher, LagMonitor]:
     """A stage's faust app (``make_app``) consuming ``source_base`` with ``handler``
-    (``consume``), and the publisher its handler output and timers go through."""
+    (``consume``), the publisher its handler output and timers go through, and its lag monitor
+    (which also says whether the stage has caught up with its input)."""
     app = make_app(service, settings, port)
     publisher = Publisher(app, settings, service)
-    consume(
+    lag = consume(
         app,
         service=service,
         source_base=source_base,
@@ -278,7 +279,7 @@ def stage_app(
         batch_size=batch_size,
         window_s=window_s,
     )
-    return app, publisher
+    return app, publisher, lag
 
 
 def _durability(settings: Settings) -> Durability:

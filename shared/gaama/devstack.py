@@ -105,6 +105,9 @@ class Stack:
     # The other primaries of a cluster (the first is redis_port / redis_pid): (port, pid).
     cluster_peers: list[tuple[int, int | None]] = field(default_factory=list)
     cluster: bool = False
+    #: Tansu's storage engine URL and extra environment (an ``s3://`` engine needs its endpoint).
+    broker_storage: str = "memory://tansu/"
+    broker_env: dict[str, str] | None = None
 
     @property
     def redis_url(self) -> str:
@@ -168,6 +171,20 @@ class Stack:
                     os.kill(pid, signal.SIGKILL)
         (self.directory / "stack.json").unlink(missing_ok=True)
 
+    def start_redis(self) -> None:
+        """Start Redis again on the same port and directory (it reloads its AOF); wait for it."""
+        self.redis_pid = _start_redis(self.directory, self.redis_port)
+        self.save()
+        _wait_redis(self.redis_port, self.redis_pid, self.directory / "redis.log", timeout=120)
+
+    def start_broker(self) -> None:
+        """Start the broker again on the same port and storage; wait until it listens."""
+        self.kafka_pid = _start_tansu(
+            self.directory, self.kafka_port, self.broker_storage, self.broker_env
+        )
+        self.save()
+        _wait_tcp(self.kafka_port, self.kafka_pid, self.directory / "tansu.log", "the broker")
+
 
 def _alive(pid: int) -> bool:
     try:
@@ -223,7 +240,9 @@ def _start_redis(directory: Path, port: int, cluster_bus: int | None = None) -> 
     return proc.pid
 
 
-def _start_tansu(directory: Path, port: int) -> int:
+def _start_tansu(
+    directory: Path, port: int, storage: str = "memory://tansu/", env: dict[str, str] | None = None
+) -> int:
     url = f"tcp://127.0.0.1:{port}"
     args = [
         str(tansu_binary()),
@@ -233,11 +252,16 @@ def _start_tansu(directory: Path, port: int) -> int:
         "--advertised-listener-url",
         url,
         "--storage-engine",
-        "memory://tansu/",
+        storage,
     ]
     log = (directory / "tansu.log").open("ab")
     proc = subprocess.Popen(
-        args, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, stdin=subprocess.DEVNULL
+        args,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, **(env or {})},
     )
     return proc.pid
 
@@ -375,6 +399,8 @@ def start_stack(
     kafka_port: int,
     partitions: int = 4,
     topic_prefix: str = "",
+    broker_storage: str = "memory://tansu/",
+    broker_env: dict[str, str] | None = None,
     *,
     redis_cluster: int = 1,
     cluster_ports: list[int] | None = None,
@@ -395,7 +421,13 @@ def start_stack(
                 f"port {port} for {what} is taken on 127.0.0.1; stop what uses it "
                 f"or choose another with --redis-port/--kafka-port"
             )
-    stack = Stack(directory, redis_ports[0], kafka_port)
+    stack = Stack(
+        directory,
+        redis_ports[0],
+        kafka_port,
+        broker_storage=broker_storage,
+        broker_env=broker_env,
+    )
     try:
         if redis_cluster > 1:
             start_redis_cluster(directory, redis_ports, stack)
@@ -403,9 +435,7 @@ def start_stack(
             stack.redis_pid = _start_redis(directory, redis_port)
             stack.save()
             _wait_redis(redis_port, stack.redis_pid, directory / "redis.log")
-        stack.kafka_pid = _start_tansu(directory, kafka_port)
-        stack.save()
-        _wait_tcp(kafka_port, stack.kafka_pid, directory / "tansu.log", "the Tansu broker")
+        stack.start_broker()
         asyncio.run(create_topics(stack.kafka_bootstrap, partitions, topic_prefix))
     except BaseException:
         stack.stop()

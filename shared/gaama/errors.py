@@ -6,7 +6,8 @@ The tree::
     ├── RetryableError              transient: retry with backoff, then dead-letter
     │   ├── StoreUnavailable        Redis did not answer in time / connection lost (outage)
     │   ├── LLMTransientError       429, 5xx, timeouts, connection errors from the LLM, after
-    │   │                           the client's own retries (``retries_spent``)
+    │   │                           the client's own retries: the endpoint is down (outage)
+    │   ├── LLMMalformedOutput      output still malformed after the client's re-asks
     │   └── BrokerUnavailable       Kafka-compatible broker unreachable (outage)
     └── PermanentError              retrying cannot help: dead-letter at once
         ├── ValidationError         bad input (HTTP body, Kafka message, config)
@@ -57,8 +58,21 @@ class StoreUnavailable(RetryableError):
 
 
 class LLMTransientError(RetryableError):
+    """Raised after GAAMA_LLM_MAX_RETRIES retries of the client (or the embedder): the endpoint
+    is down or throttling. Its input is not at fault, so it is an outage: the runtime keeps the
+    batch and retries it without limit, like Redis being away, instead of dead-lettering turns
+    whose facts would then never be extracted."""
+
     reason = "llm_transient"
-    retries_spent = True  # raised after GAAMA_LLM_MAX_RETRIES retries of the client
+    outage = True
+
+
+class LLMMalformedOutput(RetryableError):
+    """The model's answer was still malformed (not JSON, cut off) after the client's re-asks.
+    Sampling differs from one ask to the next, so the runtime retries the batch
+    GAAMA_MAX_RETRIES times before dead-lettering it as ``llm_output``."""
+
+    reason = "llm_output"
 
 
 class BrokerUnavailable(RetryableError):

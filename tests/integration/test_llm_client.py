@@ -16,7 +16,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gaama.config import Settings
-from gaama.errors import CassetteMiss, ConfigError, LLMOutputError, LLMTransientError
+from gaama.errors import (
+    CassetteMiss,
+    ConfigError,
+    LLMMalformedOutput,
+    LLMOutputError,
+    LLMTransientError,
+)
 from gaama.extract.types import (
     ContextFact,
     ExtractionContext,
@@ -145,7 +151,7 @@ async def test_malformed_forever_raises_output_error(
     client: LLMClient, server: FakeOpenAIServer, registry: CollectorRegistry
 ) -> None:
     server.script(malformed(), truncated(), malformed(), good({"answer": "too late"}))
-    with pytest.raises(LLMOutputError, match="malformed after 3 attempts"):
+    with pytest.raises(LLMMalformedOutput, match="malformed after 3 attempts"):
         await ask(client)
     assert server.pending() == 1  # output_retries=2: three attempts, no more
     assert sample(registry, "calls_total", extractor=MODEL, outcome="error") == 1

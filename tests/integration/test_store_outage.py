@@ -197,7 +197,9 @@ async def test_idle_chunk_timer_survives_a_redis_pause(
     async def publish(result: BatchResult, source: str) -> None:
         published.extend(o.event for o in result.out)  # type: ignore[misc]
 
-    tick = idle_chunks_task(pipeline, publish, metrics)
+    tick = idle_chunks_task(pipeline, publish, metrics, caught_up=lambda: True)
+    assert await tick() is True  # the input is quiet from here on; the chunk is not idle yet
+    assert published == []
     await asyncio.sleep(settings.chunk_idle_s + 0.1)  # the chunk is idle now
     async with redis_paused(settings.redis_url, 2000):
         with pytest.raises(StoreUnavailable):  # the tick's path raises the retryable error...

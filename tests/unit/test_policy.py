@@ -7,6 +7,7 @@ import pytest
 from gaama.errors import (
     BrokerUnavailable,
     GaamaError,
+    LLMMalformedOutput,
     LLMTransientError,
     RetryableError,
     StoreUnavailable,
@@ -63,22 +64,22 @@ async def test_transient_errors_retry_then_dead_letter():
     assert result.failed[0].reason == "transient"
 
 
-async def test_llm_failures_are_not_retried_again_after_the_clients_retries():
-    """The LLM client is the one retry layer for LLM failures: what survives it is
-    dead-lettered, not retried max_retries more times (which would multiply the calls)."""
+async def test_malformed_llm_output_is_asked_again_then_dead_lettered():
+    """Malformed output after the client's re-asks: the batch is retried max_retries times (a
+    new sample may parse), then the record is dead-lettered as llm_output."""
     calls = 0
 
     async def handler(batch: list[Record]) -> BatchResult:
         nonlocal calls
         calls += 1
-        raise LLMTransientError("429 after the client's retries")
+        raise LLMMalformedOutput("output still malformed after 3 attempts")
 
     result = await process_batch(handler, [rec(1)], max_retries=3, backoff=0)
-    assert calls == 1
-    assert result.failed[0].reason == "llm_transient"
+    assert calls == 4
+    assert result.failed[0].reason == "llm_output"
 
 
-@pytest.mark.parametrize("outage", [StoreUnavailable, BrokerUnavailable])
+@pytest.mark.parametrize("outage", [StoreUnavailable, BrokerUnavailable, LLMTransientError])
 async def test_outages_are_retried_without_limit(outage: type[GaamaError]):
     calls = 0
 

@@ -102,9 +102,19 @@ class ExtractionPipeline:
         done = await self.close(tenant, conversation, why)
         return [] if done is None else [done]
 
-    async def close_idle(self) -> list[FactsExtracted]:
-        """Close the chunks idle for ``chunk_idle_s``, up to ``llm_concurrency`` at once (each
-        is another conversation: their extractor calls overlap)."""
+    async def close_idle(self, input_quiet_s: float = float("inf")) -> list[FactsExtracted]:
+        """Close the chunks of conversations silent for ``chunk_idle_s``, up to
+        ``llm_concurrency`` at once (each is another conversation: their extractor calls overlap).
+
+        Args:
+            input_quiet_s: How long the caller has had nothing left to process. A chunk is idle
+                only if its conversation was silent while the pipeline kept up: after an outage
+                or a restart the turns that follow may still be in the backlog, and closing
+                before they arrive would move the chunk's boundary (the same turns would make
+                other chunks, and other facts, than in a run without the outage).
+        """
+        if input_quiet_s < self.s.chunk_idle_s:
+            return []
         gate = asyncio.Semaphore(self.s.llm_concurrency)
 
         async def close_one(t: str, conv: str) -> FactsExtracted | None:

@@ -34,6 +34,7 @@ from gaama.errors import (
     CassetteMiss,
     ConfigError,
     GaamaError,
+    LLMMalformedOutput,
     LLMOutputError,
     LLMTransientError,
 )
@@ -156,8 +157,8 @@ class LLMClient:
 
         Raises:
             LLMTransientError: still failing after ``llm_max_retries`` retries.
-            LLMOutputError: a refusal, a rejected request, or output still malformed after
-                the output retries.
+            LLMOutputError: a refusal or a rejected request.
+            LLMMalformedOutput: output still malformed after the output retries.
             CassetteMiss: replay mode and the request was never recorded.
         """
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -246,7 +247,7 @@ class LLMClient:
             except BadOutput as exc:
                 self._metrics.failures.labels("malformed").inc()
                 if output_failures >= self._output_retries:
-                    raise LLMOutputError(
+                    raise LLMMalformedOutput(
                         f"LLM {self.model} ({stage}): output still malformed after "
                         f"{output_failures + 1} attempts: {exc}"
                     ) from exc
