@@ -3,6 +3,10 @@ global state: other tests, and other runs, share the server."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from redis.asyncio.cluster import RedisCluster
+
 from gaama.store import cluster
 from gaama.store.graph import GraphStore
 
@@ -18,3 +22,10 @@ async def tenant_keys(graph: GraphStore, tenant: str, pattern: str) -> list[byte
     return [
         k async for k in cluster.scan_keys(graph.redis, pattern, near=graph.keys.degrees(tenant))
     ]
+
+
+async def on_every_primary(client: Any, *command: Any) -> Any:
+    """``command`` on the one Redis, or on every primary of a cluster (CLIENT PAUSE, say)."""
+    if cluster.is_cluster(client):
+        return await client.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)
+    return await client.execute_command(*command)
