@@ -5,8 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from redis.asyncio.cluster import RedisCluster
-
 from gaama.store import cluster
 from gaama.store.graph import GraphStore
 
@@ -24,8 +22,13 @@ async def tenant_keys(graph: GraphStore, tenant: str, pattern: str) -> list[byte
     ]
 
 
-async def on_every_primary(client: Any, *command: Any) -> Any:
+async def on_every_primary(client: Any, *command: Any) -> None:
     """``command`` on the one Redis, or on every primary of a cluster (CLIENT PAUSE, say)."""
-    if cluster.is_cluster(client):
-        return await client.execute_command(*command, target_nodes=RedisCluster.PRIMARIES)
-    return await client.execute_command(*command)
+    if not cluster.is_cluster(client):
+        await client.execute_command(*command)
+        return
+    await cluster.initialized(client)
+    for node in cluster.primaries(client):
+        (reply,) = await cluster.on_node(node, command)
+        if isinstance(reply, Exception):
+            raise reply
