@@ -122,7 +122,7 @@ async def _run(opts: argparse.Namespace, redis_url: str) -> dict[str, Any]:
             ApiKey(key_sha256=hash_api_key(keys[t]), tenant=f"tenant-{t}") for t in ("a", "b")
         ],
     )
-    client = connect(redis_url, socket_timeout=600)
+    client = connect(redis_url, cluster=settings.redis_cluster, socket_timeout=600)
     index = VectorIndex(client, settings.index_name, settings.embed_dim, Keys(prefix))
     await index.ensure()
     runs: dict[str, Any] = {}

@@ -144,7 +144,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
         api_keys=[ApiKey(key_sha256=hash_api_key(KEY), tenant=TENANT)],
     )
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
-    client = connect(redis_url, socket_timeout=30)
+    client = connect(redis_url, cluster=settings.redis_cluster, socket_timeout=30)
     graph = GraphStore(client, Keys(prefix))
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-forget-"))
     procs = [ServiceProcess(n, settings, log_dir) for n in ("ingest", "extract", "reflect")]

@@ -210,7 +210,7 @@ async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> d
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)
-    client = connect(redis_url, socket_timeout=30)
+    client = connect(redis_url, cluster=settings.redis_cluster, socket_timeout=30)
     graph = GraphStore(client, keys)
     bulk = BulkLoader(graph)
     log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-ingest-"))

@@ -486,7 +486,7 @@ def _servers(run_id: str) -> Any:
 @contextlib.asynccontextmanager
 async def open_stores(settings: Settings) -> AsyncIterator[Stores]:
 
-    client = connect(settings.redis_url)
+    client = connect(settings.redis_url, cluster=settings.redis_cluster)
     keys = Keys(settings.key_prefix)
     embedder = build_embedder(settings)
     index = VectorIndex(client, settings.index_name, embedder.dim, keys)

@@ -369,7 +369,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
         index_name=f"{prefix}-idx",
         api_keys=[ApiKey(key_sha256=hash_api_key(api[n]), tenant=tenants[n]) for n in opts.sizes],
     )
-    client = connect(redis_url, socket_timeout=600)
+    client = connect(redis_url, cluster=settings.redis_cluster, socket_timeout=600)
     index = VectorIndex(client, settings.index_name, settings.embed_dim, keys)
     await index.ensure()
     loads: dict[int, dict[str, Any]] = {}

@@ -393,6 +393,73 @@ def start_redis_cluster(directory: Path, ports: list[int], stack: Stack) -> None
     form_cluster(ports, buses[0])
 
 
+def add_primary(directory: Path, port: int, seed_port: int, timeout: float = 20) -> int:
+    """Start a cluster-enabled primary on ``port`` (in ``directory/redis-<port>``) and join it to
+    the cluster of the node on ``seed_port``; it holds no slot until some are moved to it. Its
+    pid (the caller stops it)."""
+    import redis
+
+    node_dir = directory / f"redis-{port}"
+    node_dir.mkdir(parents=True, exist_ok=True)
+    bus = free_port()
+    pid = _start_redis(node_dir, port, cluster_bus=bus)
+    _wait_redis(port, pid, node_dir / "redis.log")
+    with redis.Redis(port=port) as node, redis.Redis(port=seed_port) as seed:
+        seed_bus = next(
+            int(f[1].split("@")[1].split(",")[0])
+            for f in (line.split() for line in _cluster_nodes(seed))
+            if "myself" in f[2]
+        )
+        _cmd(node, "CLUSTER", "MEET", "127.0.0.1", seed_port, seed_bus)
+        new_id = _node_id(node)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if _cluster_info(node).get("cluster_state") == "ok" and _all_know(seed, new_id):
+                return pid
+            time.sleep(0.05)
+    raise StackError(f"the primary on port {port} did not join within {timeout:.0f}s")
+
+
+def _all_know(seed: Any, node_id: str) -> bool:
+    """Whether every node the seed knows has learnt ``node_id`` (its handshake done)."""
+    import redis
+
+    ports = [
+        int(f[1].split("@")[0].rsplit(":", 1)[1])
+        for f in (line.split() for line in _cluster_nodes(seed))
+        if "handshake" not in f[2]
+    ]
+    for port in ports:
+        with redis.Redis(port=port) as client:
+            lines = [line.split() for line in _cluster_nodes(client)]
+        if not any(f[0] == node_id and "handshake" not in f[2] for f in lines):
+            return False
+    return True
+
+
+def remove_primary(port: int, pid: int, seed_port: int) -> None:
+    """Make every other node forget the slot-less primary on ``port`` (CLUSTER FORGET), then
+    stop it."""
+    import redis
+
+    with redis.Redis(port=port) as node:
+        node_id = _node_id(node)
+    with redis.Redis(port=seed_port) as seed:
+        others = [
+            int(f[1].split("@")[0].rsplit(":", 1)[1])
+            for f in (line.split() for line in _cluster_nodes(seed))
+            if f[0] != node_id
+        ]
+    for other in others:
+        with redis.Redis(port=other) as client:
+            _cmd(client, "CLUSTER", "FORGET", node_id)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + 5
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def start_stack(
     directory: Path,
     redis_port: int,
@@ -532,7 +599,13 @@ def finish_slot_move(port: int, slot: int, to_port: int) -> None:
         ]
     for node_port in [to_port, port, *(p for p in primaries if p not in (port, to_port))]:
         with redis.Redis(port=node_port) as node:
-            _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", new_owner)
+            try:
+                _cmd(node, "CLUSTER", "SETSLOT", slot, "NODE", new_owner)
+            except redis.ResponseError as exc:
+                # A primary that gave away its last slot has become a replica of the new owner
+                # (cluster-allow-replica-migration): it follows the new owner by itself.
+                if "only with masters" not in str(exc):
+                    raise
 
 
 def _node_id(client: Any) -> str:

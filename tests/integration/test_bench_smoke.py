@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _bench(*args: str, timeout: float = 240) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
     env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if os.environ.get("GAAMA_TEST_REDIS_CLUSTER"):  # the session's Redis is a cluster
+        env["GAAMA_REDIS_CLUSTER"] = "true"
     done = subprocess.run(
         [sys.executable, "-m", "benchmarks", *args],
         cwd=ROOT,

@@ -17,6 +17,7 @@ from gaama.store import cluster
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime.readiness import stores_ready
 from tests.integration.test_graph_store import episode
 
 pytestmark = pytest.mark.requires_stack
@@ -181,3 +182,41 @@ async def _write_all_from(graph: GraphStore, tenant: str, first: int, end: int) 
                 await asyncio.sleep(0.01)
         out.append(retries)
     return out
+
+
+async def test_a_primary_that_joins_gets_the_index_from_readiness(
+    graph: GraphStore, index: VectorIndex, keys: Keys, redis_client, tmp_path
+):
+    """A primary added to the cluster and given a tenant's slot has no vector index: the index
+    is not ready, the readiness check creates it there, and the tenant's searches then find its
+    nodes (indexed when they were migrated in, or when the index was created)."""
+    tenant = "joiner"
+    for i in range(10):
+        await graph.append_episode(episode(tenant, "c", str(i), f"turn {i}", _vector(i)))
+    await cluster.initialized(redis_client)
+    source = cluster.owner(redis_client, keys.node(tenant, ""))
+    slot = cluster.slot_of(keys.node(tenant, ""))
+    port = devstack.free_port()
+    pid = await asyncio.to_thread(devstack.add_primary, tmp_path, port, source.port)
+    moved = False
+    try:
+        await asyncio.to_thread(devstack.move_slot, source.port, slot, port)
+        moved = True
+        assert not await index.ready()
+        assert await stores_ready(redis_client, index) is None
+        assert await index.ready()
+        want = episode(tenant, "c", "4", "", _vector(4)).id
+        deadline = time.monotonic() + SEARCH_DEADLINE_S
+        while True:
+            hits = await index.knn(tenant, _vector(4), 3)
+            if hits and hits[0].id == want:
+                break
+            assert time.monotonic() < deadline, hits[:1]
+            await asyncio.sleep(0.05)
+        assert cluster.owner(redis_client, keys.node(tenant, "")).port == port
+    finally:
+        if moved:
+            await asyncio.to_thread(devstack.move_slot, port, slot, source.port)
+        await asyncio.to_thread(devstack.remove_primary, port, pid, source.port)
+        await cluster.refresh(redis_client)
+    assert (await index.count(tenant))[NodeKind.EPISODE.value] == 10

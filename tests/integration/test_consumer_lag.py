@@ -19,6 +19,7 @@ from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode
 from gaama.store import connect
 from gaama.store.graph import GraphStore
 from tests.deploy.test_manifests import alert_rules, metric_names
+from tests.support.redis_state import on_every_primary
 from tests.support.services import ServiceProcess, produce, wait_for
 
 pytestmark = [pytest.mark.requires_stack, pytest.mark.slow]
@@ -39,11 +40,11 @@ def ingest(
 @pytest.fixture
 async def writes_paused(settings: Settings) -> AsyncIterator[list[bool]]:
     """Pause Redis writes until the test flips the flag (or ends)."""
-    admin = connect(settings.redis_url)
+    admin = connect(settings.redis_url, cluster=settings.redis_cluster)
     state = [False]
     yield state
     if state[0]:
-        await admin.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+        await on_every_primary(admin, "CLIENT", "UNPAUSE")
     await admin.aclose()
 
 
@@ -93,9 +94,9 @@ async def test_backlog_shows_as_lag_and_drains_to_zero(
     assert parts == {str(p) for p in range(settings.topic_partitions)}
     assert lag_alert_value(series, topic) == 0
 
-    admin = connect(settings.redis_url)
+    admin = connect(settings.redis_url, cluster=settings.redis_cluster)
     try:
-        await admin.execute_command("CLIENT", "PAUSE", 120_000, "WRITE")  # type: ignore[no-untyped-call]
+        await on_every_primary(admin, "CLIENT", "PAUSE", 120_000, "WRITE")
         writes_paused[0] = True
         records = [
             (conversation_key("lag", f"c{c}"), encode(turn(c, i)))
@@ -121,7 +122,7 @@ async def test_backlog_shows_as_lag_and_drains_to_zero(
         await wait_for(retried, timeout=40)
         assert lag_alert_value(scrape(ingest.url), topic) == TURNS  # stalled, not skipped
     finally:
-        await admin.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+        await on_every_primary(admin, "CLIENT", "UNPAUSE")
         writes_paused[0] = False
         await admin.aclose()
 

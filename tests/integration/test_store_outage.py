@@ -31,23 +31,27 @@ from services.extract.app import idle_chunks_task
 from services.runtime.policy import process_batch
 from services.runtime.records import BatchResult, Record
 from tests.component.test_extraction_pipeline import DIALOGUE, store_turns
+from tests.support.redis_state import on_every_primary
 
 pytestmark = pytest.mark.requires_stack
 
 
 @asynccontextmanager
-async def redis_paused(url: str, ms: int, mode: str = "ALL") -> AsyncIterator[None]:
-    """Redis holds every command (``ALL``) or every write (``WRITE``) for ``ms`` or until the
-    block ends. An ``ALL`` pause holds ``CLIENT UNPAUSE`` too, so it is waited out."""
-    admin = connect(url)
-    await admin.execute_command("CLIENT", "PAUSE", ms, mode)  # type: ignore[no-untyped-call]
+async def redis_paused(
+    url: str, ms: int, mode: str = "ALL", *, cluster: bool = False
+) -> AsyncIterator[None]:
+    """Redis (every primary of a cluster) holds every command (``ALL``) or every write
+    (``WRITE``) for ``ms`` or until the block ends. An ``ALL`` pause holds ``CLIENT UNPAUSE``
+    too, so it is waited out."""
+    admin = connect(url, cluster=cluster)
+    await on_every_primary(admin, "CLIENT", "PAUSE", ms, mode)
     end = time.monotonic() + ms / 1000
     try:
         yield
     finally:
         if mode == "ALL":
             await asyncio.sleep(max(0.0, end - time.monotonic()))
-        await admin.execute_command("CLIENT", "UNPAUSE")  # type: ignore[no-untyped-call]
+        await on_every_primary(admin, "CLIENT", "UNPAUSE")
         await admin.aclose()
 
 
@@ -62,7 +66,12 @@ async def dead_client() -> AsyncIterator[aioredis.Redis]:
 @pytest.fixture
 async def impatient_client(settings: Settings) -> AsyncIterator[aioredis.Redis]:
     """A client of the real Redis that gives up on a reply after 0.3 s."""
-    client = connect(settings.redis_url, socket_timeout=0.3, socket_connect_timeout=0.5)
+    client = connect(
+        settings.redis_url,
+        cluster=settings.redis_cluster,
+        socket_timeout=0.3,
+        socket_connect_timeout=0.5,
+    )
     yield client
     await client.aclose()
 
@@ -135,7 +144,7 @@ async def test_store_calls_raise_store_unavailable_when_redis_is_paused(
     impatient_client: aioredis.Redis, keys: Keys, settings: Settings
 ):
     chunks, graph = ChunkStore(impatient_client, keys), GraphStore(impatient_client, keys)
-    async with redis_paused(settings.redis_url, 2500):
+    async with redis_paused(settings.redis_url, 2500, cluster=settings.redis_cluster):
         with pytest.raises(StoreUnavailable, match="Timeout"):
             await chunks.size("t", "c")
         with pytest.raises(StoreUnavailable, match="Timeout"):
@@ -166,7 +175,7 @@ async def test_policy_retries_a_redis_outage_past_max_retries_and_dead_letters_n
         Record(topic="t", key=b"t/c", value=f"ep_{i}".encode(), partition=0, offset=i)
         for i in range(3)
     ]
-    async with redis_paused(settings.redis_url, 3000, "WRITE"):
+    async with redis_paused(settings.redis_url, 3000, "WRITE", cluster=settings.redis_cluster):
         task = asyncio.create_task(
             process_batch(handler, batch, max_retries=1, backoff=0.05, on_retry=on_retry)
         )
@@ -201,7 +210,9 @@ async def test_idle_chunk_timer_survives_a_redis_pause(
     assert await tick() is True  # the input is quiet from here on; the chunk is not idle yet
     assert published == []
     await asyncio.sleep(settings.chunk_idle_s + 0.1)  # the chunk is idle now
-    async with redis_paused(settings.redis_url, 2000):
+    # A cluster client also reads the slot map again (timing out as well) before it gives up.
+    pause_ms = 6000 if settings.redis_cluster else 2000
+    async with redis_paused(settings.redis_url, pause_ms, cluster=settings.redis_cluster):
         with pytest.raises(StoreUnavailable):  # the tick's path raises the retryable error...
             await pipeline.close_idle()
         assert await tick() is False  # ...which the tick counts and survives

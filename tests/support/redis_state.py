@@ -3,6 +3,8 @@ global state: other tests, and other runs, share the server."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from gaama.store import cluster
 from gaama.store.graph import GraphStore
 
@@ -18,3 +20,15 @@ async def tenant_keys(graph: GraphStore, tenant: str, pattern: str) -> list[byte
     return [
         k async for k in cluster.scan_keys(graph.redis, pattern, near=graph.keys.degrees(tenant))
     ]
+
+
+async def on_every_primary(client: Any, *command: Any) -> None:
+    """``command`` on the one Redis, or on every primary of a cluster (CLIENT PAUSE, say)."""
+    if not cluster.is_cluster(client):
+        await client.execute_command(*command)
+        return
+    await cluster.initialized(client)
+    for node in cluster.primaries(client):
+        (reply,) = await cluster.on_node(node, command)
+        if isinstance(reply, Exception):
+            raise reply

@@ -20,8 +20,15 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redi
     needs a chosen primary (searches, scans, fsync waits) goes through :mod:`gaama.store.cluster`.
     """
     if cluster:
+        from redis.asyncio.retry import Retry
+        from redis.backoff import NoBackoff
+
         from gaama.store.cluster import ClusterClient
 
+        # One immediate retry after reading the slot map again (a failover, a node restarted);
+        # redis-py's default backs off for seconds, hiding an outage from the runtime, which
+        # retries outages itself.
+        options.setdefault("retry", Retry(NoBackoff(), 1))
         client = ClusterClient.from_url(url, protocol=2, **options)
         return cast(aioredis.Redis, client)
     return aioredis.Redis.from_url(url, protocol=2, **options)

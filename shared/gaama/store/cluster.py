@@ -43,6 +43,11 @@ def primaries(redis: Any) -> list[ClusterNode]:
     return sorted(redis.get_primaries(), key=lambda n: n.name)
 
 
+def holding(redis: Any) -> list[ClusterNode]:
+    """The primaries that hold slots (one that joined without any has no keys)."""
+    return [n for n in primaries(redis) if owned_slots(redis, n)]
+
+
 def slot_of(key: str) -> int:
     return int(key_slot(key.encode()))
 

@@ -58,7 +58,7 @@ class Durability:
             with store_errors():
                 if cluster.is_cluster(self.redis):
                     await cluster.initialized(self.redis)
-                    nodes = cluster.primaries(self.redis)
+                    nodes = cluster.holding(self.redis)
                     acks = await asyncio.gather(*(self._wait_on(node) for node in nodes))
                 else:
                     pipe = self.redis.pipeline(transaction=False)  # one link: marker, WAITAOF

@@ -10,7 +10,8 @@ the consumer stalls, nothing is dead-lettered) or a real bug. What counts as an 
   replica during a failover), ``BUSY`` (a long script), ``TRYAGAIN`` / ``CLUSTERDOWN`` /
   ``MASTERDOWN`` (cluster resharding or failover), ``OOM`` (full under ``noeviction``);
 - on Redis Cluster, redirections that did not settle (redis-py's ``ClusterError``, "TTL
-  exhausted", while a slot is being migrated) and a slot no primary holds yet.
+  exhausted", while a slot is being migrated), a slot no primary holds yet, and no primary
+  answering when the client reads the slot map.
 
 Any other reply (a wrong type, a syntax error, an unknown index) is a bug or poison input and
 propagates unchanged.
@@ -28,6 +29,7 @@ from redis.exceptions import (
     ClusterError,
     OutOfMemoryError,
     ReadOnlyError,
+    RedisClusterException,
     ResponseError,
     SlotNotCoveredError,
     TryAgainError,
@@ -69,8 +71,17 @@ def is_outage(exc: BaseException) -> bool:
     wrong. ``BusyLoadingError`` (LOADING) is a connection error in redis-py."""
     if isinstance(exc, RedisConnectionError | RedisTimeoutError | BusyLoadingError | OSError):
         return True
-    if isinstance(exc, ClusterError | SlotNotCoveredError):
+    if isinstance(exc, ClusterError):
         return True
+    if isinstance(exc, RedisClusterException):
+        # A slot no primary holds (yet), or no node reachable to read the slot map from; not
+        # a command the client cannot route (a bug).
+        cause = exc.__cause__ or exc.__context__
+        return (
+            isinstance(exc, SlotNotCoveredError)
+            or "not covered" in str(exc)
+            or (cause is not None and is_outage(cause))
+        )
     return isinstance(exc, ResponseError) and transient_reply(exc)
 
 
@@ -89,7 +100,7 @@ def store_errors() -> Iterator[None]:
         ResponseError,
         OSError,
         ClusterError,
-        SlotNotCoveredError,
+        RedisClusterException,
     ) as exc:
         if not is_outage(exc):
             raise

@@ -69,29 +69,30 @@ class NodeIndexes:
 
     async def each(self, *command: Any, create: bool = False) -> list[tuple[str, Any]]:
         """``command`` (its index name left out) run on every primary's index: ``(name,
-        reply)`` per primary that has one."""
+        reply)`` per primary that has one. A ``MOVED`` (the slot map changed meanwhile) reads
+        the map again and starts over."""
         await cluster.initialized(self.redis)
-        out = []
-        for node in self._holding():
-            name = await self.name_on(node, create=create)
-            if name is not None:
-                (reply,) = await cluster.on_node(node, [command[0], name, *command[1:]])
-                out.append((name, reply))
-        return out
+        for _ in range(_ATTEMPTS):
+            out = []
+            for node in cluster.holding(self.redis):
+                name = await self.name_on(node, create=create)
+                if name is not None:
+                    (reply,) = await cluster.on_node(node, [command[0], name, *command[1:]])
+                    out.append((name, reply))
+            if not any(cluster.redirected(reply) for _, reply in out):
+                return out
+            await cluster.refresh(self.redis)
+        raise StoreUnavailable(f"Redis Cluster slots kept moving under index {self.name!r}")
 
     def forget(self, name: str) -> None:
         """``name`` was dropped: look it up again next time."""
         self._names = {node: n for node, n in self._names.items() if n != name}
 
-    def _holding(self) -> list[ClusterNode]:
-        """The primaries holding slots (a primary that joined without any has no documents)."""
-        return [n for n in cluster.primaries(self.redis) if cluster.owned_slots(self.redis, n)]
-
     async def ready(self) -> bool:
         """Whether every primary holding slots has the index; the slot map is read again
         first, so a primary that joined since is seen (and gets the index from ``ensure``)."""
         await cluster.refresh(self.redis)
-        for node in self._holding():
+        for node in cluster.holding(self.redis):
             if await self.name_on(node, create=False) is None:
                 return False
         return True
