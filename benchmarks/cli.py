@@ -1,11 +1,11 @@
 """The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
-``fairness``."""
+``fairness``, ``shutdown``."""
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import embed, fairness, forget, ingest, locomo, query
+from benchmarks import embed, fairness, forget, ingest, locomo, query, shutdown
 from gaama.cli import run
 
 PROG = "python -m benchmarks"
@@ -14,7 +14,7 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest, embed, forget, fairness):
+    for module in (locomo, query, ingest, embed, forget, fairness, shutdown):
         module.register(sub)
     return p
 
