@@ -1,11 +1,11 @@
 """The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
-``fairness``, ``pipeline``, ``chaos``."""
+``fairness``, ``pipeline``, ``chaos``, ``shutdown``."""
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import chaos, embed, fairness, forget, ingest, locomo, pipeline, query
+from benchmarks import chaos, embed, fairness, forget, ingest, locomo, pipeline, query, shutdown
 from gaama.cli import run
 
 PROG = "python -m benchmarks"
@@ -14,7 +14,7 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest, embed, forget, fairness, pipeline, chaos):
+    for module in (locomo, query, ingest, embed, forget, fairness, pipeline, chaos, shutdown):
         module.register(sub)
     return p
 

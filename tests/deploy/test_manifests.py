@@ -440,6 +440,34 @@ def test_consumer_replicas_within_partitions(
     assert hpa["spec"]["minReplicas"] <= hpa["spec"]["maxReplicas"]
 
 
+@pytest.mark.requires_kubectl
+@pytest.mark.parametrize("target", TARGETS)
+def test_shutdown_grace_matches_the_pod_grace(
+    render: Callable[[str], list[dict]], target: str
+) -> None:
+    """Each service exits within GAAMA_SHUTDOWN_GRACE_S of SIGTERM; the kubelet sends SIGTERM
+    after the preStop hook and kills at terminationGracePeriodSeconds from its start, so the
+    setting must be the pod's grace less the preStop sleep."""
+    deployments = by_name(render(target), "Deployment")
+    for service in SERVICES:
+        pod = deployments[f"gaama-{service}"]["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        pre_stop = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
+        sleep = float(pre_stop[1]) if pre_stop[:1] == ["sleep"] else 0.0
+        grace = float(pod["terminationGracePeriodSeconds"])
+        where = f"{target} gaama-{service}"
+        assert "GAAMA_SHUTDOWN_GRACE_S" in env, f"{where}: GAAMA_SHUTDOWN_GRACE_S not set"
+        assert float(env["GAAMA_SHUTDOWN_GRACE_S"]) == grace - sleep, where
+
+
+def test_compose_gives_the_shutdown_grace() -> None:
+    """docker compose stop waits stop_grace_period before SIGKILL: the default grace."""
+    service = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))["x-gaama-service"]
+    seconds = float(str(service["stop_grace_period"]).removesuffix("s"))
+    assert seconds == Settings.model_fields["shutdown_grace_s"].default
+
+
 # --------------------------------------------------------------------------- (e) hardening
 
 
