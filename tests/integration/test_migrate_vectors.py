@@ -95,7 +95,7 @@ async def test_old_vectors_are_refused_then_migrated_in_place(
     data = await _old_data(redis_client, keys, embedder)
     index = VectorIndex(redis_client, name, DIM, keys)
     try:
-        with pytest.raises(ConfigError, match="FLOAT32 vectors in 'embedding'.*migrate vectors"):
+        with pytest.raises(ConfigError, match=r"FLOAT32 vectors in 'embedding'.*migrate vectors"):
             await index.ensure()
         lines: list[str] = []
         report = await migrate_index(redis_client, index, progress=lines.append)

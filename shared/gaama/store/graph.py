@@ -209,9 +209,7 @@ class GraphStore(SubgraphReads):
             pipe.hget(self.keys.node(tenant, i), VECTOR_FIELD)
         rows = await self._run(pipe) if ids else []
         zero = bytes(dim * VECTOR_DTYPE().itemsize)
-        return stored_vectors(
-            [v if v is not None and len(v) == len(zero) else zero for v in rows], dim
-        )
+        return stored_vectors([v if v and len(v) == len(zero) else zero for v in rows], dim)
 
     async def neighbours(self, tenant: str, ids: Sequence[str]) -> dict[str, list[Neighbour]]:
         """Adjacency of every node in ``ids``, in one round trip (per 1000 nodes)."""

@@ -59,6 +59,10 @@ class LexicalHit:
 _DIST = "dist"  # the KNN distance's name in a search reply
 #: HNSW links per node (a node of the bottom layer has twice as many).
 HNSW_M = 16
+#: What examining one HNSW candidate costs, in brute-force comparisons of one vector: about 2.5-3.4
+#: measured with float16 vectors (FT.PROFILE, docs/benchmarks.md "KNN policy"); rounded up, so a
+#: close call goes to brute force, which is exact.
+HNSW_CANDIDATE_COST = 4
 #: How long a tenant's size, read to choose its KNN's hybrid policy, is reused: sizes change
 #: slowly and the choice tolerates an error of a factor of two.
 SIZE_TTL_S = 30.0
@@ -67,18 +71,19 @@ _SIZES_MAX = 10_000  # tenants whose size is remembered at once
 
 def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
     """How a KNN over one tenant's nodes of a shared index runs: ``"BATCHES"`` (walk the HNSW
-    graph, keeping the tenant's nodes, until k are found) or ``"ADHOC_BF"`` (compute the
-    distance to every node of the tenant; exact).
+    graph, keeping the tenant's nodes, until k are found) or ``"ADHOC_BF"`` (compare the query
+    with every node of the tenant; exact).
 
-    Brute force computes ``tenant_nodes`` distances. An HNSW search computes about 2·M (the
-    links of a bottom-layer node) per candidate it examines, and to find k nodes of a tenant
-    holding a share p of the index it examines about max(ef, k / p) candidates. The cheaper one
-    runs. (Left to itself, the Query Engine brute-forced a tenant of 100k nodes in an index of
-    110k, and one of 100k in an index of 1.1M: its rule looks at the share and the index size,
-    not at how many distances brute force costs; docs/benchmarks.md, "KNN policy".)
+    Brute force makes ``tenant_nodes`` comparisons. An HNSW search examines about ``ef``
+    candidates to start with, plus k ÷ (the tenant's share of the index) to collect k of the
+    tenant's nodes, each costing :data:`HNSW_CANDIDATE_COST` comparisons. The cheaper one runs:
+    small tenants (and any tenant that is a sliver of a large index) are brute-forced, large ones
+    walk HNSW. Left to itself the Query Engine brute-forced a tenant of 100k nodes in an index
+    of 110k (18 ms against 2 ms through HNSW): its rule weighs the share and the index's size,
+    not what brute force over the tenant costs.
     """
-    candidates = max(ef, k * index_docs / max(tenant_nodes, 1))
-    return "BATCHES" if 2 * HNSW_M * candidates < tenant_nodes else "ADHOC_BF"
+    candidates = ef + k * index_docs / max(tenant_nodes, 1)
+    return "BATCHES" if HNSW_CANDIDATE_COST * candidates < tenant_nodes else "ADHOC_BF"
 
 
 #: The node field indexed for full text (the lexical channel of retrieval).
