@@ -240,7 +240,9 @@ async def test_ppr_mode_uses_graph_only(
     graph: GraphStore, embedder: MiniLMEmbedder, retriever: Retriever
 ) -> None:
     b = await build_memory(graph, embedder, "acme")
-    res = await retriever.search("acme", "deer near the tent", mode="ppr", k=50)
+    # Every item ranked, even a fact whose turns its episodes above it already say.
+    params = {"rank_distinct": False}
+    res = await retriever.search("acme", "deer near the tent", mode="ppr", k=50, params=params)
     assert res.ppr_iterations > 0
     assert all(i.score == pytest.approx(res.params.w_ppr * i.ppr) for i in res.ranked)
     ranked = [i.score for i in res.ranked]
@@ -254,8 +256,9 @@ async def test_graph_lifts_a_connected_node(
 ) -> None:
     b = await build_memory(graph, embedder, "acme")
     q = "Who saw deer at dawn?"
-    sem = await retriever.search("acme", q, mode="semantic", k=50)
-    gaama = await retriever.search("acme", q, k=50)
+    every = {"rank_distinct": False}  # scores of every item, whatever turns are above it
+    sem = await retriever.search("acme", q, mode="semantic", k=50, params=every)
+    gaama = await retriever.search("acme", q, k=50, params=every)
     s = {i.id: i.score for i in sem.ranked}
     g = {i.id: i for i in gaama.ranked}
     camping_fact = b.facts[2]  # DERIVED_FROM the deer turn

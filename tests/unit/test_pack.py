@@ -10,6 +10,7 @@ from gaama.retrieval.pack import (
     Caps,
     Item,
     capped,
+    distinct_turns,
     pack,
     rank,
     render_memory,
@@ -161,3 +162,21 @@ def test_read_ahead_order_keeps_admission_order_and_skips_seeds_pool_and_concept
     pool = {"fa_seed", "ep_seed", "fa_pool", "ep_elsewhere"}
     assert read_ahead_order(nodes, 2, pool) == ["ep_1", "re_1", "fa_2", "ep_3"]
     assert read_ahead_order(nodes, len(nodes), pool) == []
+
+
+def test_ranked_list_says_each_turn_once() -> None:
+    fact = item("f1", F, 9.0)
+    fact.sources = ("e1", "e2")
+    both_said = item("f2", F, 8.0)
+    both_said.sources = ("e2", "e1")
+    new_turn = item("f3", F, 7.0)
+    new_turn.sources = ("e1", "e3")
+    items = [fact, item("e1", E, 8.5), both_said, new_turn, item("e3", E, 6.0)]
+    items += [item("r1", R, 5.0), item("e4", E, 4.0)]
+    # e1 is carried by f1; f2 says only turns above it; e3 is carried by f3.
+    assert [i.id for i in distinct_turns(items, 10)] == ["f1", "f3", "r1", "e4"]
+    assert [i.id for i in distinct_turns(items, 2)] == ["f1", "f3"]
+    # An episode ranked first: a fact derived from it alone says nothing new.
+    solo = item("f9", F, 1.0)
+    solo.sources = ("e5",)
+    assert [i.id for i in distinct_turns([item("e5", E, 2.0), solo], 5)] == ["e5"]
