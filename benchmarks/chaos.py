@@ -506,19 +506,18 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
             faults_done.append(f"redis stopped at {at:.0f}s for {scenario.redis_stop_s:.0f}s")
             say("redis continued")
         if scenario.redis_kill:
-            os.kill(stack.redis_pid, signal.SIGKILL)  # type: ignore[arg-type]
-            say("redis killed (-9)")
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(stack.start_redis)
-            faults_done.append(f"redis killed at {at:.0f}s")
-            say("redis restarted from its AOF")
+            await crash(stack.redis_pid, "redis", stack.start_redis, at, "from its AOF")
         if scenario.broker_kill:
-            os.kill(stack.kafka_pid, signal.SIGKILL)  # type: ignore[arg-type]
-            say("broker killed (-9)")
-            await asyncio.sleep(1.0)
-            await asyncio.to_thread(stack.start_broker)
-            faults_done.append(f"broker killed at {at:.0f}s")
-            say("broker restarted on its s3 storage")
+            await crash(stack.kafka_pid, "broker", stack.start_broker, at, "on its s3 storage")
+
+    async def crash(pid: int | None, what: str, start: Callable[[], None], at: float, how: str):
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        say(f"{what} killed (-9)")
+        await asyncio.sleep(1.0)
+        await asyncio.to_thread(start)
+        faults_done.append(f"{what} killed at {at:.0f}s")
+        say(f"{what} restarted {how}")
 
     try:
         await asyncio.gather(*(p.astart(300) for p in procs.values()))
