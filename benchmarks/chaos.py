@@ -771,6 +771,7 @@ def main(opts: Options) -> dict[str, Any]:
     try:
         doc = asyncio.run(_main(opts))
     finally:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # a second SIGTERM must not stop the reaping
         _reap()
     if opts.json_path:
         opts.json_path.parent.mkdir(parents=True, exist_ok=True)
