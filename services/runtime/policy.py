@@ -11,8 +11,8 @@
 - A transient error whose own layer has retried it already (``retries_spent``) is not retried
   again here: retrying it would nest the layers. It is dead-lettered with the reason.
 - Any other transient error (a chunk lock that stays taken, LLM output still malformed after
-  the client's re-asks) gets ``max_retries`` retries with backoff, then the DLQ. Retries are tenacity's, one layer per failure kind (docs/architecture.md,
-  "Delivery guarantees").
+  the client's re-asks) gets ``max_retries`` retries with backoff, then the DLQ. Retries are
+  tenacity's, one layer per failure kind (docs/architecture.md, "Delivery guarantees").
 - A permanent error, or an unexpected exception, for a batch is narrowed down by retrying its
   records one by one, so one poison message never takes its neighbours with it.
 - Nothing is acknowledged before the handler's writes and the published events are done; the

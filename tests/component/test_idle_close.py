@@ -9,7 +9,8 @@ than in a run without the outage (make chaos, scenario redis-stop).
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
@@ -27,65 +28,78 @@ from tests.component.test_extraction_pipeline import DIALOGUE, store_turns
 pytestmark = pytest.mark.requires_stack
 
 
-async def test_idle_clock_runs_only_while_the_worker_is_caught_up(
-    settings, graph, index, embedder, redis_client, keys
-) -> None:
+@dataclass
+class OpenChunk:
+    """A conversation whose chunk is open (short, no session end), a clock the test moves, and
+    the idle timer's tick on both."""
+
+    chunks: ChunkStore
+    pipeline: ExtractionPipeline
+    now: list[float]
+    published: list[FactsExtracted] = field(default_factory=list)
+    caught_up: bool = True
+
+    def tick(self) -> Callable[[], Awaitable[bool]]:
+        async def publish(result: BatchResult, source: str) -> None:
+            self.published.extend(o.event for o in result.out)  # type: ignore[misc]
+
+        metrics = stage_metrics("extract", CollectorRegistry(), tasks=("idle_chunks",))
+        return idle_chunks_task(
+            self.pipeline, publish, metrics, lambda: self.caught_up, clock=lambda: self.now[0]
+        )
+
+    def wait(self, seconds: float) -> None:
+        self.now[0] += seconds
+
+
+@pytest.fixture
+async def open_chunk(settings, graph, index, embedder, redis_client, keys) -> OpenChunk:
+    now = [1_000_000.0]
     chunks = ChunkStore(redis_client, keys)
-    pipeline = ExtractionPipeline(
-        ExtractDeps(settings, graph, index, chunks, embedder, OfflineExtractor())
-    )
+    deps = ExtractDeps(settings, graph, index, chunks, embedder, OfflineExtractor())
+    deps.clock = lambda: now[0]
+    pipeline = ExtractionPipeline(deps)
     start = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
     for ev in await store_turns(graph, embedder, "t", "c", DIALOGUE[:3], start, eos_last=False):
-        assert await pipeline.on_episode(ev) == []  # open: short, no session end
-    metrics = stage_metrics("extract", CollectorRegistry(), tasks=("idle_chunks",))
-    published: list[FactsExtracted] = []
-
-    async def publish(result: BatchResult, source: str) -> None:
-        published.extend(o.event for o in result.out)  # type: ignore[misc]
-
-    behind = True
-    tick = idle_chunks_task(pipeline, publish, metrics, caught_up=lambda: not behind)
-    await asyncio.sleep(settings.chunk_idle_s + 0.1)  # silent by the wall clock
-    assert await tick() is True
-    assert published == [] and len(await chunks.episodes("t", "c")) == 3  # behind: kept open
-
-    behind = False  # caught up now: the conversation has to stay silent from here
-    assert await tick() is True
-    assert published == [], "closed as soon as the worker caught up, before a silent period"
-
-    await asyncio.sleep(settings.chunk_idle_s + 0.1)
-    assert await tick() is True
-    assert len(published) == 1 and published[0].conversation == "c"
-    assert await chunks.episodes("t", "c") == []
+        assert await pipeline.on_episode(ev) == []
+    return OpenChunk(chunks, pipeline, now)
 
 
-async def test_falling_behind_restarts_the_idle_clock(
-    settings, graph, index, embedder, redis_client, keys
+async def test_idle_clock_runs_only_while_the_worker_is_caught_up(
+    settings, open_chunk: OpenChunk
 ) -> None:
-    chunks = ChunkStore(redis_client, keys)
-    pipeline = ExtractionPipeline(
-        ExtractDeps(settings, graph, index, chunks, embedder, OfflineExtractor())
-    )
-    start = datetime(2023, 5, 8, 13, 0, tzinfo=UTC)
-    for ev in await store_turns(graph, embedder, "t", "c", DIALOGUE[:2], start, eos_last=False):
-        await pipeline.on_episode(ev)
-    metrics = stage_metrics("extract", CollectorRegistry(), tasks=("idle_chunks",))
-    published: list[FactsExtracted] = []
-
-    async def publish(result: BatchResult, source: str) -> None:
-        published.extend(o.event for o in result.out)  # type: ignore[misc]
-
-    state = {"caught_up": True}
-    tick = idle_chunks_task(pipeline, publish, metrics, caught_up=lambda: state["caught_up"])
-    assert await tick() is True  # the quiet period starts
-    await asyncio.sleep(settings.chunk_idle_s / 2)
-    state["caught_up"] = False  # a backlog (or an outage) in between
+    idle = settings.chunk_idle_s
+    tick = open_chunk.tick()
+    open_chunk.caught_up = False  # an outage, a restart, a backlog
+    open_chunk.wait(idle * 20)  # silent by the wall clock
     assert await tick() is True
-    state["caught_up"] = True
+    assert open_chunk.published == [] and len(await open_chunk.chunks.episodes("t", "c")) == 3
+
+    open_chunk.caught_up = True  # from here the conversation has to stay silent
+    assert await tick() is True
+    assert open_chunk.published == [], "closed as soon as the worker caught up"
+    open_chunk.wait(idle / 2)
+    assert await tick() is True
+    assert open_chunk.published == [], "closed before a silent period of chunk_idle_s"
+
+    open_chunk.wait(idle / 2)
+    assert await tick() is True
+    assert [e.conversation for e in open_chunk.published] == ["c"]
+    assert await open_chunk.chunks.episodes("t", "c") == []
+
+
+async def test_falling_behind_restarts_the_idle_clock(settings, open_chunk: OpenChunk) -> None:
+    idle = settings.chunk_idle_s
+    tick = open_chunk.tick()
+    assert await tick() is True  # caught up: the quiet period starts
+    open_chunk.wait(idle * 0.6)
+    open_chunk.caught_up = False  # a backlog (or an outage) in between
+    assert await tick() is True
+    open_chunk.caught_up = True
     assert await tick() is True  # quiet again, from now
-    await asyncio.sleep(settings.chunk_idle_s / 2 + 0.1)
+    open_chunk.wait(idle * 0.6)
     assert await tick() is True
-    assert published == [], "the quiet time before the backlog was counted"
-    await asyncio.sleep(settings.chunk_idle_s / 2 + 0.1)
+    assert open_chunk.published == [], "the quiet time before the backlog was counted"
+    open_chunk.wait(idle * 0.6)
     assert await tick() is True
-    assert len(published) == 1
+    assert len(open_chunk.published) == 1

@@ -180,3 +180,22 @@ async def test_llm_pipeline_survives_bad_answers_and_a_sigkill(settings, service
 
 async def _async(value):
     return value
+
+
+async def test_a_silent_conversation_is_extracted_by_the_idle_close(
+    settings, services, graph, tmp_path
+):
+    """No end of session: the running extract service closes the chunk once the conversation
+    has been silent for chunk_idle_s while its consumer had caught up with the episodes topic
+    (the idle clock does not run while the worker is joining its group or behind)."""
+    extract = ServiceProcess("extract", settings, tmp_path).start()
+    try:
+        turns = [t.model_copy(update={"end_of_session": False}) for t in session("acme", "q", 8)]
+        await send(settings, turns)
+
+        async def extracted():
+            return (await graph_summary(graph, "acme", "q"))["extracted"] == len(turns)
+
+        await wait_for(extracted, timeout=90)
+    finally:
+        extract.stop()
