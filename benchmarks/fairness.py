@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from benchmarks.query import load_tenant, machine_info, percentile, servers, write_section
+from benchmarks.query import load_tenant, machine_info, percentile, publish, servers
 from benchmarks.synthetic import query_texts
 from gaama.config import ApiKey, Settings, hash_api_key, load_settings
 from gaama.launch import ServiceProcess
@@ -237,13 +237,8 @@ def docs_section(doc: dict[str, Any]) -> str:
 def _cli(args: argparse.Namespace) -> int:
     with servers(args.redis_url, None) as (redis_url, _):
         doc = asyncio.run(_run(args, redis_url))
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    section = docs_section(doc)
-    print(section)
-    if args.write_docs:
-        write_section(Path(args.docs), DOCS_BEGIN, DOCS_END, section)
+    docs = Path(args.docs) if args.write_docs else None
+    publish(doc, Path(args.json), docs_section(doc), docs, (DOCS_BEGIN, DOCS_END))
     return 0
 
 

@@ -89,6 +89,18 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def publish(
+    doc: dict[str, Any], json_path: Path, section: str, docs: Path | None, markers: tuple[str, str]
+) -> None:
+    """Write ``doc`` as JSON to ``json_path``, print ``section`` and, with ``docs``, put it
+    between ``markers`` there."""
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    print(section)
+    if docs is not None:
+        write_section(docs, *markers, section)
+
+
 def write_section(path: Path, begin: str, end: str, section: str) -> None:
     """Replace the text between ``begin`` and ``end`` in ``path`` (append when absent); other
     sections of the file are left as they are."""

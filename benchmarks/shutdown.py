@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shlex
 import signal
@@ -27,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from benchmarks.query import machine_info, servers, write_section
+from benchmarks.query import machine_info, publish, servers
 from benchmarks.synthetic import turn_texts
 from gaama.config import ApiKey, Settings, hash_api_key, load_settings
 from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, encode, topic_name
@@ -205,13 +204,8 @@ def _cli(args: argparse.Namespace) -> int:
     args.command = shlex.join(argv)
     with servers(None, None, need_kafka=True) as (url, boot):
         doc = asyncio.run(_run(args, url, boot))
-    path = Path(args.json)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
-    section = docs_section(doc)
-    print(section)
-    if args.write_docs:
-        write_section(Path(args.docs), DOCS_BEGIN, DOCS_END, section)
+    docs = Path(args.docs) if args.write_docs else None
+    publish(doc, Path(args.json), docs_section(doc), docs, (DOCS_BEGIN, DOCS_END))
     return 0
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "make_app",
     "serve_http",
     "stage_app",
+    "stage_ready",
 ]
 
 #: Largest request head (line + headers) buffered before a request is refused: big enough that an
