@@ -112,12 +112,11 @@ def stage_metrics(
             "Failed ticks of a background task (retried on the next tick), by task and reason",
             ["task", "reason"],
         ),
-        stalled_since=Gauge(
-            f"gaama_{service}_stalled_since_timestamp_seconds",
+        stalled_since=d.gauge(
+            "stalled_since_timestamp_seconds",
             "Since when (Unix time) the stage has been retrying an outage of this kind and making "
             "no progress; 0 when it is not",
             ["reason"],
-            registry=registry,
         ),
     )
     for reason in STALL_REASONS:
