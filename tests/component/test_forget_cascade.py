@@ -15,6 +15,7 @@ from gaama.config import Settings
 from gaama.embed import MiniLMEmbedder
 from gaama.events import TOPIC_TURNS, ForgetRequested, TurnReceived, conversation_key
 from gaama.model import NodeKind
+from gaama.store.codecs import VECTOR_FIELD
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -139,7 +140,7 @@ async def test_forgotten_conversation_leaves_nothing_and_the_rest_is_a_clean_run
     before_other = await dump(graph, "other")
     forgotten, _ = await graph_of(graph, index, "acme")
     eps = [n for n in forgotten.values() if n.kind is NodeKind.EPISODE and n.conversation == "c1"]
-    vectors = [(await graph.redis.hget(graph.keys.node("acme", e.id), "embedding")) for e in eps]
+    vectors = [(await graph.redis.hget(graph.keys.node("acme", e.id), VECTOR_FIELD)) for e in eps]
     assert len(eps) == 3 and all(vectors)
 
     ev = await forget(stream, "acme", "conversation", "c1")
