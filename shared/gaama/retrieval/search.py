@@ -21,11 +21,11 @@ choices the paper leaves open, made here:
   docs/benchmarks.md, "Subgraph bound and read-ahead").
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs (``ppr_inline_max`` says in which thread), Redis reads the stored fields and the int8
-  copy of the vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
+  PPR runs (``ppr_inline_max`` says in which thread), Redis reads the stored fields and the
+  float16 vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
   outside the pool (nearest the most similar seeds, heaviest edges first;
   :meth:`GraphStore.read_vectors_during`); their cosine similarity is computed here
-  (the int8 copy keeps the direction: docs/benchmarks.md), and the ``expanded_candidates`` (80) of
+  (the same vectors the index compares), and the ``expanded_candidates`` (80) of
   them with the most PPR mass join the candidates. The two overlap, so the read costs little
   latency.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source

@@ -216,7 +216,7 @@ class _Backfill:
                 f16, f32, i8 = row[2 * n :]
                 if not source[0]:  # not a node hash (no tenant): leave it alone
                     continue
-                updates: dict[str, bytes | str] = {}
+                updates: dict[Any, Any] = {}
                 digests = [ids.tag(v) for v in source]
                 if digests != present:
                     updates.update(zip(TAG_FIELDS.values(), digests, strict=True))
@@ -257,12 +257,14 @@ async def _wait_indexed(index: VectorIndex, progress: Progress) -> int:
 
 def _prefixes(info: Any) -> list[str]:
     """The key prefixes of an FT.INFO reply's index definition, whichever protocol."""
-    top = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
-    definition = top.get(b"index_definition", top.get("index_definition", []))
-    if not isinstance(definition, dict):
-        definition = dict(zip(definition[::2], definition[1::2], strict=False))
-    found = definition.get(b"prefixes", definition.get("prefixes", []))
-    return [as_text(p) for p in found]
+    top = _as_map(info)
+    definition = _as_map(top.get(b"index_definition", top.get("index_definition", [])))
+    return [as_text(p) for p in definition.get(b"prefixes", definition.get("prefixes")) or []]
+
+
+def _as_map(x: Any) -> dict[Any, Any]:
+    """A RESP3 map as it is, a RESP2 flat list of names and values as a dict."""
+    return x if isinstance(x, dict) else dict(zip(x[::2], x[1::2], strict=False))
 
 
 def _flat(info: Any) -> dict[str, str]:
