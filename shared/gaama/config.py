@@ -146,7 +146,7 @@ class RetrievalSettings(BaseModel):
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
     # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off)
     # and how many full-text matches it reads.
-    w_lex: float = Field(0.25, ge=0.0, le=10.0)
+    w_lex: float = Field(0.125, ge=0.0, le=10.0)
     lexical_k: int = Field(20, ge=0, le=2000)
     fusion: Literal["score", "rrf"] = "score"
     # Time-aware queries (docs/architecture.md, "Time-aware queries"): what a candidate in a

@@ -84,7 +84,7 @@ async def test_rare_name_found_that_knn_alone_misses(
     assert ids[-1] not in [i.id for i in knn_only.ranked]
     for mode in ("gaama", "semantic"):
         res = await retriever.search("t1", query, mode=mode, k=10, budget=200, params=small)
-        assert res.ranked[0].id == ids[-1], mode
+        assert ids[-1] in [i.id for i in res.ranked], mode
 
 
 async def test_every_special_character_is_escaped(

@@ -8,6 +8,7 @@ path against the fake OpenAI-compatible server; and the broker path (slow).
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 from collections.abc import Iterator
@@ -20,6 +21,7 @@ from tqdm import tqdm
 from benchmarks import locomo, locomo_report
 from benchmarks.locomo_data import load_locomo, parse_samples, parse_session_time
 from gaama.config import Settings
+from gaama.errors import ValidationError
 from gaama.extract.offline import OfflineExtractor
 from gaama.llm.client import LLMClient
 from gaama.llm.extractor import LLMExtractor
@@ -307,6 +309,34 @@ async def test_no_annotation_reaches_graph_or_results(
     ids = await graph.chain("acme", "conv-t1")
     texts = [n.text for n in (await graph.get_nodes("acme", ids)).values()]
     assert any("[shares a photo of a black and white bowl]" in t for t in texts)
+
+
+async def test_variants_ask_semantic_and_gaama_again_on_the_same_graph(
+    data_file: Path, settings: Settings, graph: Any, index: Any, embedder: Any
+) -> None:
+    convs = load_locomo(data_file)
+    stores = locomo.Stores(settings, graph, index, ChunkStore(graph.redis, graph.keys), embedder)
+    opts = locomo.Options(
+        data=data_file,
+        modes=("flat", "gaama"),
+        budget=200,
+        variants={"off": {"w_lex": 0, "w_time": 0}, "bad": {"no_such_setting": 1}},
+        progress=False,
+    )
+    rec = locomo.RecordingExtractor(OfflineExtractor())
+    with pytest.raises(ValidationError, match="no_such_setting"):
+        await locomo.run(opts, stores, convs, {"conv-t1": "acme"}, rec, None)
+    opts.variants.pop("bad")
+    result = await locomo.run(opts, stores, convs, {"conv-t1": "t2"}, rec, None)
+    doc = locomo.report(opts, result)
+    # flat takes no retrieval settings: only the retriever's modes are asked again.
+    assert list(doc["modes"]) == ["flat", "gaama", "gaama:off"]
+    assert doc["variants"] == {"off": {"w_lex": 0, "w_time": 0}}
+    assert doc["modes"]["gaama:off"]["overall"]["n"] == doc["modes"]["gaama"]["overall"]["n"] == 4
+    assert locomo._variant('x={"w_lex": 0}') == ("x", {"w_lex": 0})
+    for bad in ("x", "x=1", "={}", 'x={"a":'):
+        with pytest.raises(argparse.ArgumentTypeError):
+            locomo._variant(bad)
 
 
 async def test_llm_answer_and_judge_against_fake_server(

@@ -248,12 +248,14 @@ async def test_discourse_openers_are_stripped_and_the_content_kept() -> None:
         ("Melanie", "You know what, I started a pottery class."),
         ("Caroline", "By the way, my sister moved to Boston."),
         ("Melanie", "I just wanted to let you know that I adopted a puppy named Oscar."),
+        ("Caroline", "Thanks to my mentor, I got the internship."),
     )
     assert texts == [
         "Priya finally signed up for the marathon (said on 8 May 2023).",
         "Melanie started a pottery class (said on 8 May 2023).",
         "Caroline's sister moved to Boston (said on 8 May 2023).",
         "Melanie adopted a puppy named Oscar (said on 8 May 2023).",
+        "Thanks to Caroline's mentor, Caroline got the internship (said on 8 May 2023).",
     ]
 
 

@@ -48,7 +48,8 @@ __all__ = ["OfflineExtractor"]
 
 _LEADING_FILLER = re.compile(
     r"^(?:(?:hey|hi|hello|wow|whoa|oh|ah|aw+|yeah|yes|yep|yup|nope|well|so|ha(?:ha)+|lol|omg|"
-    r"ok|okay|sure|thanks|thank you|totally|absolutely|cool|great|nice|awesome|hmm+|um+|plus|"
+    r"ok|okay|sure|thanks(?! to\b)|thank you|totally|absolutely|cool|great|nice|awesome|hmm+|"
+    r"um+|plus|"
     r"btw|by the way|anyway|oh wow|wow+|woah|oops|phew|yay|ooh|gosh|nah|omg|aww+)\b[\s,!.:;-]*)+",
     re.IGNORECASE,
 )
@@ -69,7 +70,7 @@ _COURTESY = re.compile(
     r"|keep (?:it up|going|up the|at it|me posted|us posted|in touch|rocking|shining)|enjoy"
     r"|have (?:a (?:great|good|nice|wonderful|fun|blast)|fun)|good luck|best of luck"
     r"|let me know|hang in there|feel free|don'?t (?:worry|forget|give up|hesitate)"
-    r"|congrat\w*|thanks|thank you|happy (?:birthday|anniversary|holidays)|welcome)\b",
+    r"|congrat\w*|thanks(?! to\b)|thank you|happy (?:birthday|anniversary|holidays)|welcome)\b",
     re.IGNORECASE,
 )
 # Clauses joined by a semicolon are two statements: one fact each.

@@ -35,6 +35,14 @@ choices the paper leaves open, made here:
   conversation; they stay in as bridges and are never returned.
 - **Normalisation.** PPR and (negative-clipped) similarity are max-normalised over the returnable
   candidates (facts, reflections, episodes), the set that is scored and ranked.
+- **Lexical channel.** The query's words search node text (BM25) beside the KNN search, with
+  the same scope filter; matches outside the pool join the candidates, and similarity fused with
+  the match (:mod:`gaama.retrieval.lexical`) picks the seeds, weighs their restart mass and
+  replaces similarity in the score, in every mode.
+- **Time prior.** A period the query names, resolved against the scope's latest turn
+  (:mod:`gaama.retrieval.timeq`), adds ``w_time`` to the score of candidates in it.
+- **Ranked list.** Each turn is said once (``rank_distinct``): an episode a fact above it carries,
+  or a fact whose source episodes are all above it, is passed over.
 - **Modes.** ``gaama``: as above. ``semantic``: w_ppr = 0 and no expansion or PPR at all (the
   candidates are the KNN pool). ``ppr``: w_sim = 0, graph structure only.
 """

@@ -277,8 +277,8 @@ class VectorIndex:
         first), each with the stored ``fields`` asked for and its vector (as float32).
 
         The tenant and scope filter is the one :meth:`knn` applies. Every character of a term
-        other than an ASCII letter or digit is escaped, so no term is read as query syntax; no
-        terms (or ``k == 0``) is no search at all.
+        other than a letter or digit is escaped (:func:`escape_term`), so no term is read as
+        query syntax; no terms (or ``k == 0``) is no search at all.
         """
         words = [escape_term(t) for t in terms if t]
         if not words or k <= 0:
