@@ -20,7 +20,9 @@ NEXT chains, facts with DERIVED_FROM and ``sources``, heavy-tailed concepts, ref
 size counting its episodes, written through :class:`~gaama.store.bulk.BulkLoader` (one
 MULTI/EXEC per batch), with topic-clustered vectors instead of MiniLM: running 50k turns through
 the services first would take hours on two cores. The graph has the shape and sizes the pipeline
-builds (node and edge kinds, degrees, index size); its texts and vectors are synthetic.
+builds (node and edge kinds, degrees, index size); its texts and vectors are synthetic, except
+that its most connected concepts carry the labels the offline extractor gives the live turns, so
+the live facts join concepts that already hold thousands of edges (the case that grew).
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from redis.exceptions import RedisError
 
 from benchmarks.query import load_tenant, machine_info, percentile, servers, write_section
-from benchmarks.synthetic import SHARES, speakers, turn_texts
+from benchmarks.synthetic import SHARES, SyntheticGraph, speakers, turn_texts
 from gaama import ids
 from gaama.config import ApiKey, Settings, hash_api_key, load_settings
 from gaama.errors import ConfigError
@@ -187,6 +190,37 @@ class Freshness:
 # --- the live turns -----------------------------------------------------------------------------
 
 
+def live_labels(turns: Sequence[TurnReceived]) -> list[str]:
+    """The concept labels the offline extractor gives ``turns``, most frequent first."""
+    from collections import Counter
+
+    from gaama.extract.concepts import extract_concepts
+
+    counts: Counter[str] = Counter()
+    for t in turns:
+        counts.update(extract_concepts(t.text, [t.speaker], 3))
+    return [label for label, _ in counts.most_common()]
+
+
+class PrefillGraph(SyntheticGraph):
+    """The synthetic graph with its most connected concepts named as the offline extractor
+    names the live turns' topics, so that the live chunks' facts join concepts that already
+    hold thousands of facts, as they would in a tenant that has talked about them for long."""
+
+    def __init__(self, tenant: str, nodes: int, labels: Sequence[str], seed: int) -> None:
+        super().__init__(tenant, nodes, seed=seed)
+        weights = np.diff(self._cdf, prepend=0.0)
+        top = [int(i) for i in np.argsort(-weights, kind="stable")[: len(labels)]]
+        named = dict(zip(top, labels, strict=False))
+        taken = set(named.values())
+        for i, label in enumerate(self.concept_labels):
+            if i in named:
+                self.concept_labels[i] = named[i]
+            elif label in taken:
+                self.concept_labels[i] = f"{label}_{i}"
+        self.concept_ids = [ids.concept_id(tenant, lab) for lab in self.concept_labels]
+
+
 def live_turns(tenant: str, n: int, conversations: int, session_turns: int) -> list[TurnReceived]:
     """``n`` turns dealt round-robin over ``conversations`` new conversations of ``tenant``;
     every ``session_turns``-th turn of a conversation ends its session."""
@@ -249,11 +283,14 @@ class Stack:
     pids: dict[str, int]
 
 
-async def settled(stack: Stack, tenant: str) -> set[str] | None:
-    """The tenant's conversations when nothing is left to extract or reflect; else None."""
-    if await stack.chunks.open_conversations(tenant):
-        return None
-    return None if await stack.outbox.pending(tenant) else set()
+async def settled(stack: Stack, tenant: str, episode_ids: list[str]) -> bool:
+    """Whether every one of ``episode_ids`` is extracted (its chunk closed) and reflected (no
+    chunk of the tenant left in the outbox). Checked in that order: a chunk leaves the outbox
+    only after it was written."""
+    marks = await stack.graph.get_fields(tenant, episode_ids, ["chunk"])
+    if len(marks) < len(episode_ids) or await stack.chunks.open_conversations(tenant):
+        return False
+    return not await stack.outbox.pending(tenant)
 
 
 def http_lister(client: Any, url: str, key: str) -> Lister:
@@ -306,8 +343,8 @@ async def run_size(
         sent_all = producing.done()
         if sent_all:
             producing.result()  # a failed send ends the run here
-        quiet = await settled(stack, tenant) if sent_all else None
-        await fresh.poll(fresh.waiting() if quiet is not None else ())
+        quiet = sent_all and await settled(stack, tenant, list(fresh.sent_at))
+        await fresh.poll(fresh.waiting() if quiet else ())
         progress = len(fresh.episode_seen) + len(fresh.fact_seen)
         if progress != last_count:
             last_change, last_count = time.perf_counter(), progress
@@ -320,7 +357,7 @@ async def run_size(
                 file=sys.stderr,
                 flush=True,
             )
-        if quiet is not None and fresh.all_episodes_seen():
+        if quiet and fresh.all_episodes_seen():
             if done_at is None:
                 done_at = time.perf_counter()
             if not fresh.waiting():
@@ -392,7 +429,13 @@ async def _run(
     try:
         for n in opts.sizes:  # pre-fill before the services run: the load is not measured
             nodes = math.ceil(n / SHARES[NodeKind.EPISODE])
-            loaded = await load_tenant(redis, keys, tenants[n], nodes, seed=n, progress=False)
+            labels = live_labels(
+                live_turns(tenants[n], opts.turns, opts.conversations, opts.session_turns)
+            )
+            graph_of = PrefillGraph(tenants[n], nodes, labels, seed=n)
+            loaded = await load_tenant(
+                redis, keys, tenants[n], nodes, progress=False, synthetic=graph_of
+            )
             prefill[str(n)] = {"nodes": nodes, "seconds": round(loaded["seconds"], 1)}
             prefill[str(n)] |= {"graph": loaded["graph"]}
             print(f"# pre-filled {n:,} turns ({nodes:,} nodes) in {loaded['seconds']:.0f} s")
