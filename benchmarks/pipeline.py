@@ -84,10 +84,10 @@ _EPOCH = datetime(2026, 1, 5, tzinfo=UTC).timestamp()  # live turns come after t
 @dataclass(slots=True)
 class Options:
     sizes: tuple[int, ...] = DEFAULT_SIZES
-    turns: int = 400  # live turns per size
-    rate: float = 40.0  # turns/s produced
-    conversations: int = 20
-    session_turns: int = 10
+    turns: int = 300  # live turns per size
+    rate: float = 10.0  # turns/s produced
+    conversations: int = 10
+    session_turns: int = 5
     chunk_idle_s: float = 2.0
     llm_latency: float | None = None
     poll_s: float = 0.5
@@ -623,7 +623,8 @@ def _sizes(text: str) -> tuple[int, ...]:
 def command_line(args: argparse.Namespace) -> str:
     argv = ["python", "-m", "benchmarks", "pipeline"]
     argv += ["--sizes", ",".join(str(s) for s in args.sizes), "--turns", str(args.turns)]
-    argv += ["--rate", f"{args.rate:g}"]
+    argv += ["--rate", f"{args.rate:g}", "--conversations", str(args.conversations)]
+    argv += ["--session-turns", str(args.session_turns), "--chunk-idle-s", f"{args.chunk_idle_s:g}"]
     if args.llm_latency is not None:
         argv += ["--llm-latency", f"{args.llm_latency:g}"]
     if args.write_docs:
@@ -684,10 +685,10 @@ def register(sub: SubParsers) -> None:
         default=DEFAULT_SIZES,
         help="turns already in each tenant, comma-separated (default 1000,10000,50000)",
     )
-    p.add_argument("--turns", type=int, default=400, help="live turns per size (default 400)")
-    p.add_argument("--rate", type=float, default=40.0, help="turns/s produced (default 40)")
-    p.add_argument("--conversations", type=int, default=20, help="live conversations per size")
-    p.add_argument("--session-turns", type=int, default=10, help="turns per session")
+    p.add_argument("--turns", type=int, default=300, help="live turns per size (default 300)")
+    p.add_argument("--rate", type=float, default=10.0, help="turns/s produced (default 10)")
+    p.add_argument("--conversations", type=int, default=10, help="live conversations per size")
+    p.add_argument("--session-turns", type=int, default=5, help="turns per session")
     p.add_argument("--chunk-idle-s", type=float, default=2.0, help="GAAMA_CHUNK_IDLE_S")
     p.add_argument(
         "--llm-latency",
