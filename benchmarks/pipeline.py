@@ -663,11 +663,7 @@ def _cli(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         command=command_line(args),
     )
-    try:
-        main(opts)
-    except ConfigError as exc:
-        print(f"python -m benchmarks pipeline: {exc}", file=sys.stderr)
-        return 2
+    main(opts)  # a GaamaError (a stalled pipeline) is reported by gaama.cli.run
     return 0
 
 

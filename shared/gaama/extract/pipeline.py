@@ -236,35 +236,32 @@ class ExtractionPipeline:
         return await self.d.embedder.embed(texts)
 
     async def _canonical_concepts(
-        self, tenant: str, labels: list[str], vecs: np.ndarray
+        self, tenant: str, labels: list[str]
     ) -> tuple[dict[str, str], dict[str, Node]]:
-        """Map each distinct raw label (``vecs``: their embeddings, in order) to its canonical
-        label; new concept nodes (with vectors) by label.
+        """Map each distinct raw label to its canonical label; new concept nodes (with vectors)
+        by label.
 
         Reuse order: the same label (same id), an existing concept whose embedding is within
         ``concept_merge_similarity``, a string near-duplicate among the nearest existing labels
         or the labels of this chunk. Concepts never merge across tenants: every lookup is scoped.
-        Each label costs one nearest-neighbour search, whatever the tenant's number of concepts;
-        the searches run concurrently and their nodes are read in one round trip.
+        Only labels the tenant does not hold yet are embedded (in one call) and searched for
+        (one nearest-neighbour search each, whatever the tenant's number of concepts; the
+        searches run concurrently and their nodes' texts are read in one round trip).
         """
         mapping: dict[str, str] = {}
         new: dict[str, Node] = {}
         if not labels:
             return mapping, new
         present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in labels])
-        unseen = [i for i, x in enumerate(labels) if ids.concept_id(tenant, x) not in present]
+        unseen = [x for x in labels if ids.concept_id(tenant, x) not in present]
+        vecs = await self._embed([label_text(x) for x in unseen])
         searches = await asyncio.gather(
-            *(self.d.index.knn(tenant, vecs[i], 5, kinds=[NodeKind.CONCEPT]) for i in unseen)
+            *(self.d.index.knn(tenant, v, 5, kinds=[NodeKind.CONCEPT]) for v in vecs)
         )
-        hits_of = dict(zip(unseen, searches, strict=True))
         found = await self._texts(
             tenant, list(dict.fromkeys(h.id for hits in searches for h in hits))
         )
-        for i, (label, vec) in enumerate(zip(labels, vecs, strict=True)):
-            if i not in hits_of:
-                mapping[label] = label
-                continue
-            hits = hits_of[i]
+        for label, vec, hits in zip(unseen, vecs, searches, strict=True):
             near = {h.id: found[h.id] for h in hits if h.id in found}
             if (
                 hits
@@ -286,7 +283,8 @@ class ExtractionPipeline:
                 text=label,
                 vector=vec.tolist(),
             )
-        return mapping, new
+        # a label the tenant holds is its own canonical label; the order is the labels'
+        return {x: mapping.get(x, x) for x in labels}, new
 
     async def _extract(
         self, tenant: str, conversation: str, episode_ids: list[str], why: str
@@ -305,12 +303,11 @@ class ExtractionPipeline:
         by_id = {e.id: e for e in chunk}
         raw_labels = [lab for labs in result.episode_concepts.values() for lab in labs]
         raw_labels += [lab for f in result.facts for lab in f.concepts]
-        distinct = list(dict.fromkeys(raw_labels))
-        # One call for the chunk's concepts, one for its facts: apart, because a batch is padded
-        # to its longest text and labels are a few tokens long.
-        label_vecs = await self._embed([label_text(x) for x in distinct])
+        mapping, new_concepts = await self._canonical_concepts(
+            tenant, list(dict.fromkeys(raw_labels))
+        )
+        # apart from the labels: a batch is padded to its longest text, and labels are short
         fact_vecs = await self._embed([d.text for d in result.facts])
-        mapping, new_concepts = await self._canonical_concepts(tenant, distinct, label_vecs)
         cid = {lab: ids.concept_id(tenant, mapping[lab]) for lab in mapping}
 
         edges: list[Edge] = []
