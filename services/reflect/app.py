@@ -21,6 +21,7 @@ def build_app(svc: Service, pipeline: ReflectionPipeline) -> faust.App:
         pipeline=pipeline,
         forgetting=svc.stores.forgetting(settings),
         metrics=forget_metrics("reflect", svc.registry),
+        concurrency=settings.llm_concurrency,
     )
     app, _publisher = stage_app(
         "reflect",
