@@ -90,6 +90,7 @@ class Options:
     session_turns: int = 5
     chunk_idle_s: float = 2.0
     llm_latency: float | None = None
+    llm_concurrency: int | None = None  # GAAMA_LLM_CONCURRENCY of extract and reflect
     poll_s: float = 0.5
     redis_url: str | None = None
     kafka_bootstrap: str | None = None
@@ -418,6 +419,8 @@ async def _run(
     extra = {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"}
     if llm_url:
         extra |= llm_env(llm_url)
+    if opts.llm_concurrency:
+        extra["GAAMA_LLM_CONCURRENCY"] = str(opts.llm_concurrency)
     procs = {
         name: ServiceProcess(name, settings, log_dir, inherit=True, extra=extra)
         for name in ("ingest", "extract", "reflect", "query")
@@ -482,6 +485,7 @@ async def _run(
         },
         "extractor": "llm" if llm_url else "offline",
         "llm_latency_s": opts.llm_latency,
+        "llm_concurrency": opts.llm_concurrency,
         "machine": machine_info(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": opts.command,
@@ -627,6 +631,8 @@ def command_line(args: argparse.Namespace) -> str:
     argv += ["--session-turns", str(args.session_turns), "--chunk-idle-s", f"{args.chunk_idle_s:g}"]
     if args.llm_latency is not None:
         argv += ["--llm-latency", f"{args.llm_latency:g}"]
+    if args.llm_concurrency:
+        argv += ["--llm-concurrency", str(args.llm_concurrency)]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -648,6 +654,7 @@ def _cli(args: argparse.Namespace) -> int:
         session_turns=args.session_turns,
         chunk_idle_s=args.chunk_idle_s,
         llm_latency=args.llm_latency,
+        llm_concurrency=args.llm_concurrency,
         poll_s=args.poll_s,
         redis_url=args.redis_url,
         kafka_bootstrap=args.kafka_bootstrap,
@@ -692,6 +699,13 @@ def register(sub: SubParsers) -> None:
         default=None,
         metavar="S",
         help="use the LLM extractor against the fake OpenAI server answering after S seconds",
+    )
+    p.add_argument(
+        "--llm-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GAAMA_LLM_CONCURRENCY for extract and reflect (default: the settings' 4)",
     )
     p.add_argument("--poll-s", type=float, default=0.5, help="freshness polling interval")
     p.add_argument("--redis-url", default=None, help="with --kafka-bootstrap: use these servers")
