@@ -20,7 +20,9 @@ NEXT chains, facts with DERIVED_FROM and ``sources``, heavy-tailed concepts, ref
 size counting its episodes, written through :class:`~gaama.store.bulk.BulkLoader` (one
 MULTI/EXEC per batch), with topic-clustered vectors instead of MiniLM: running 50k turns through
 the services first would take hours on two cores. The graph has the shape and sizes the pipeline
-builds (node and edge kinds, degrees, index size); its texts and vectors are synthetic.
+builds (node and edge kinds, degrees, index size); its texts and vectors are synthetic, except
+that its most connected concepts carry the labels the offline extractor gives the live turns, so
+the live facts join concepts that already hold thousands of edges (the case that grew).
 """
 
 from __future__ import annotations
@@ -42,10 +44,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from redis.exceptions import RedisError
 
 from benchmarks.query import load_tenant, machine_info, percentile, servers, write_section
-from benchmarks.synthetic import SHARES, speakers, turn_texts
+from benchmarks.synthetic import SHARES, SyntheticGraph, speakers, turn_texts
 from gaama import ids
 from gaama.config import ApiKey, Settings, hash_api_key, load_settings
 from gaama.errors import ConfigError
@@ -81,12 +84,13 @@ _EPOCH = datetime(2026, 1, 5, tzinfo=UTC).timestamp()  # live turns come after t
 @dataclass(slots=True)
 class Options:
     sizes: tuple[int, ...] = DEFAULT_SIZES
-    turns: int = 400  # live turns per size
-    rate: float = 40.0  # turns/s produced
-    conversations: int = 20
-    session_turns: int = 10
+    turns: int = 300  # live turns per size
+    rate: float = 10.0  # turns/s produced
+    conversations: int = 10
+    session_turns: int = 5
     chunk_idle_s: float = 2.0
     llm_latency: float | None = None
+    llm_concurrency: int | None = None  # GAAMA_LLM_CONCURRENCY of extract and reflect
     poll_s: float = 0.5
     redis_url: str | None = None
     kafka_bootstrap: str | None = None
@@ -187,6 +191,37 @@ class Freshness:
 # --- the live turns -----------------------------------------------------------------------------
 
 
+def live_labels(turns: Sequence[TurnReceived]) -> list[str]:
+    """The concept labels the offline extractor gives ``turns``, most frequent first."""
+    from collections import Counter
+
+    from gaama.extract.concepts import extract_concepts
+
+    counts: Counter[str] = Counter()
+    for t in turns:
+        counts.update(extract_concepts(t.text, [t.speaker], 3))
+    return [label for label, _ in counts.most_common()]
+
+
+class PrefillGraph(SyntheticGraph):
+    """The synthetic graph with its most connected concepts named as the offline extractor
+    names the live turns' topics, so that the live chunks' facts join concepts that already
+    hold thousands of facts, as they would in a tenant that has talked about them for long."""
+
+    def __init__(self, tenant: str, nodes: int, labels: Sequence[str], seed: int) -> None:
+        super().__init__(tenant, nodes, seed=seed)
+        weights = np.diff(self._cdf, prepend=0.0)
+        top = [int(i) for i in np.argsort(-weights, kind="stable")[: len(labels)]]
+        named = dict(zip(top, labels, strict=False))
+        taken = set(named.values())
+        for i, label in enumerate(self.concept_labels):
+            if i in named:
+                self.concept_labels[i] = named[i]
+            elif label in taken:
+                self.concept_labels[i] = f"{label}_{i}"
+        self.concept_ids = [ids.concept_id(tenant, lab) for lab in self.concept_labels]
+
+
 def live_turns(tenant: str, n: int, conversations: int, session_turns: int) -> list[TurnReceived]:
     """``n`` turns dealt round-robin over ``conversations`` new conversations of ``tenant``;
     every ``session_turns``-th turn of a conversation ends its session."""
@@ -249,11 +284,14 @@ class Stack:
     pids: dict[str, int]
 
 
-async def settled(stack: Stack, tenant: str) -> set[str] | None:
-    """The tenant's conversations when nothing is left to extract or reflect; else None."""
-    if await stack.chunks.open_conversations(tenant):
-        return None
-    return None if await stack.outbox.pending(tenant) else set()
+async def settled(stack: Stack, tenant: str, episode_ids: list[str]) -> bool:
+    """Whether every one of ``episode_ids`` is extracted (its chunk closed) and reflected (no
+    chunk of the tenant left in the outbox). Checked in that order: a chunk leaves the outbox
+    only after it was written."""
+    marks = await stack.graph.get_fields(tenant, episode_ids, ["chunk"])
+    if len(marks) < len(episode_ids) or await stack.chunks.open_conversations(tenant):
+        return False
+    return not await stack.outbox.pending(tenant)
 
 
 def http_lister(client: Any, url: str, key: str) -> Lister:
@@ -306,8 +344,8 @@ async def run_size(
         sent_all = producing.done()
         if sent_all:
             producing.result()  # a failed send ends the run here
-        quiet = await settled(stack, tenant) if sent_all else None
-        await fresh.poll(fresh.waiting() if quiet is not None else ())
+        quiet = sent_all and await settled(stack, tenant, list(fresh.sent_at))
+        await fresh.poll(fresh.waiting() if quiet else ())
         progress = len(fresh.episode_seen) + len(fresh.fact_seen)
         if progress != last_count:
             last_change, last_count = time.perf_counter(), progress
@@ -320,7 +358,7 @@ async def run_size(
                 file=sys.stderr,
                 flush=True,
             )
-        if quiet is not None and fresh.all_episodes_seen():
+        if quiet and fresh.all_episodes_seen():
             if done_at is None:
                 done_at = time.perf_counter()
             if not fresh.waiting():
@@ -381,6 +419,8 @@ async def _run(
     extra = {"GAAMA_TENANT_CONCURRENCY": "0", "GAAMA_TENANT_RATE": "0"}
     if llm_url:
         extra |= llm_env(llm_url)
+    if opts.llm_concurrency:
+        extra["GAAMA_LLM_CONCURRENCY"] = str(opts.llm_concurrency)
     procs = {
         name: ServiceProcess(name, settings, log_dir, inherit=True, extra=extra)
         for name in ("ingest", "extract", "reflect", "query")
@@ -392,7 +432,13 @@ async def _run(
     try:
         for n in opts.sizes:  # pre-fill before the services run: the load is not measured
             nodes = math.ceil(n / SHARES[NodeKind.EPISODE])
-            loaded = await load_tenant(redis, keys, tenants[n], nodes, seed=n, progress=False)
+            labels = live_labels(
+                live_turns(tenants[n], opts.turns, opts.conversations, opts.session_turns)
+            )
+            graph_of = PrefillGraph(tenants[n], nodes, labels, seed=n)
+            loaded = await load_tenant(
+                redis, keys, tenants[n], nodes, progress=False, synthetic=graph_of
+            )
             prefill[str(n)] = {"nodes": nodes, "seconds": round(loaded["seconds"], 1)}
             prefill[str(n)] |= {"graph": loaded["graph"]}
             print(f"# pre-filled {n:,} turns ({nodes:,} nodes) in {loaded['seconds']:.0f} s")
@@ -439,6 +485,7 @@ async def _run(
         },
         "extractor": "llm" if llm_url else "offline",
         "llm_latency_s": opts.llm_latency,
+        "llm_concurrency": opts.llm_concurrency,
         "machine": machine_info(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": opts.command,
@@ -580,9 +627,12 @@ def _sizes(text: str) -> tuple[int, ...]:
 def command_line(args: argparse.Namespace) -> str:
     argv = ["python", "-m", "benchmarks", "pipeline"]
     argv += ["--sizes", ",".join(str(s) for s in args.sizes), "--turns", str(args.turns)]
-    argv += ["--rate", f"{args.rate:g}"]
+    argv += ["--rate", f"{args.rate:g}", "--conversations", str(args.conversations)]
+    argv += ["--session-turns", str(args.session_turns), "--chunk-idle-s", f"{args.chunk_idle_s:g}"]
     if args.llm_latency is not None:
         argv += ["--llm-latency", f"{args.llm_latency:g}"]
+    if args.llm_concurrency:
+        argv += ["--llm-concurrency", str(args.llm_concurrency)]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -604,6 +654,7 @@ def _cli(args: argparse.Namespace) -> int:
         session_turns=args.session_turns,
         chunk_idle_s=args.chunk_idle_s,
         llm_latency=args.llm_latency,
+        llm_concurrency=args.llm_concurrency,
         poll_s=args.poll_s,
         redis_url=args.redis_url,
         kafka_bootstrap=args.kafka_bootstrap,
@@ -619,11 +670,7 @@ def _cli(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
         command=command_line(args),
     )
-    try:
-        main(opts)
-    except ConfigError as exc:
-        print(f"python -m benchmarks pipeline: {exc}", file=sys.stderr)
-        return 2
+    main(opts)  # a GaamaError (a stalled pipeline) is reported by gaama.cli.run
     return 0
 
 
@@ -641,10 +688,10 @@ def register(sub: SubParsers) -> None:
         default=DEFAULT_SIZES,
         help="turns already in each tenant, comma-separated (default 1000,10000,50000)",
     )
-    p.add_argument("--turns", type=int, default=400, help="live turns per size (default 400)")
-    p.add_argument("--rate", type=float, default=40.0, help="turns/s produced (default 40)")
-    p.add_argument("--conversations", type=int, default=20, help="live conversations per size")
-    p.add_argument("--session-turns", type=int, default=10, help="turns per session")
+    p.add_argument("--turns", type=int, default=300, help="live turns per size (default 300)")
+    p.add_argument("--rate", type=float, default=10.0, help="turns/s produced (default 10)")
+    p.add_argument("--conversations", type=int, default=10, help="live conversations per size")
+    p.add_argument("--session-turns", type=int, default=5, help="turns per session")
     p.add_argument("--chunk-idle-s", type=float, default=2.0, help="GAAMA_CHUNK_IDLE_S")
     p.add_argument(
         "--llm-latency",
@@ -652,6 +699,13 @@ def register(sub: SubParsers) -> None:
         default=None,
         metavar="S",
         help="use the LLM extractor against the fake OpenAI server answering after S seconds",
+    )
+    p.add_argument(
+        "--llm-concurrency",
+        type=int,
+        default=None,
+        metavar="N",
+        help="GAAMA_LLM_CONCURRENCY for extract and reflect (default: the settings' 4)",
     )
     p.add_argument("--poll-s", type=float, default=0.5, help="freshness polling interval")
     p.add_argument("--redis-url", default=None, help="with --kafka-bootstrap: use these servers")

@@ -161,14 +161,16 @@ async def load_tenant(
     *,
     seed: int = 0,
     progress: bool = True,
+    synthetic: SyntheticGraph | None = None,
 ) -> dict[str, Any]:
-    """Write a synthetic graph of ``nodes`` nodes for ``tenant``; its timing, memory, shape.
+    """Write a synthetic graph of ``nodes`` nodes for ``tenant`` (``synthetic``, or a new
+    :class:`SyntheticGraph`); its timing, memory, shape.
 
     Each batch is one MULTI/EXEC of :meth:`BulkLoader.write_batch` (a conversation is never
     split across batches, as it requires).
     """
     loader = BulkLoader(GraphStore(redis, keys))
-    synthetic = SyntheticGraph(tenant, nodes, seed=seed)
+    synthetic = synthetic or SyntheticGraph(tenant, nodes, seed=seed)
     before = await used_memory(redis)
     started = time.perf_counter()
     pending: set[asyncio.Task[None]] = set()

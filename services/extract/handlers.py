@@ -7,7 +7,7 @@ Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaa
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Hashable
 
 from gaama.events import (
     TOPIC_FACTS,
@@ -19,6 +19,7 @@ from gaama.events import (
 )
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.forgetting import Forgetting
+from services.runtime.lanes import run_lanes
 from services.runtime.records import (
     BatchResult,
     Outgoing,
@@ -47,11 +48,19 @@ async def handle(
     the others. A forget request waits for the episodes before it, and holds back those after
     it, then travels on to reflect (it takes its episodes out of open chunks)."""
     result = BatchResult()
-    lanes: dict[tuple[str, str], list[EpisodeStored]] = {}
+    lanes: dict[Hashable, list[EpisodeStored]] = {}
+
+    async def run() -> None:
+        for done in await run_lanes(lanes, pipeline.on_episode, concurrency):
+            for events in done:
+                result.out += facts_out(events)
+                for e in events:
+                    result.stored["fact"] += len(e.new_fact_ids)
+        lanes.clear()
+
     for record, ev in decoded(batch, result, validate_episode):
         if isinstance(ev, ForgetRequested):
-            await _run_lanes(lanes, pipeline, concurrency, result)
-            lanes = {}
+            await run()
             if forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
                 continue
@@ -59,31 +68,5 @@ async def handle(
             result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))
             continue
         lanes.setdefault((ev.tenant, ev.conversation), []).append(ev)
-    await _run_lanes(lanes, pipeline, concurrency, result)
+    await run()
     return result
-
-
-async def _run_lanes(
-    lanes: dict[tuple[str, str], list[EpisodeStored]],
-    pipeline: ExtractionPipeline,
-    concurrency: int,
-    result: BatchResult,
-) -> None:
-    gate = asyncio.Semaphore(max(1, concurrency))
-
-    async def lane(events: list[EpisodeStored]) -> list[FactsExtracted]:
-        async with gate:
-            done: list[FactsExtracted] = []
-            for ev in events:
-                done += await pipeline.on_episode(ev)
-            return done
-
-    outcomes = await asyncio.gather(*(lane(evs) for evs in lanes.values()), return_exceptions=True)
-    for outcome in outcomes:  # the batch fails as a whole, as it would have in sequence
-        if isinstance(outcome, BaseException):
-            raise outcome
-    for done in outcomes:
-        assert not isinstance(done, BaseException)
-        result.out += facts_out(done)
-        for e in done:
-            result.stored["fact"] += len(e.new_fact_ids)

@@ -19,6 +19,7 @@ def build_app(svc: Service, pipeline: ReflectionPipeline) -> StageApp:
         pipeline=pipeline,
         forgetting=svc.stores.forgetting(settings),
         metrics=forget_metrics("reflect", svc.registry),
+        concurrency=settings.llm_concurrency,
     )
     app, _publisher, _lag = stage_app(
         "reflect",

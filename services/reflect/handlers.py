@@ -9,11 +9,13 @@ the cascade runs (:mod:`gaama.forgetting`).
 from __future__ import annotations
 
 import time
+from collections.abc import Hashable
 
 from gaama.events import FactsExtracted, ForgetRequested, decode_keyed
 from gaama.extract.reflection import ReflectionPipeline
 from gaama.forgetting import Forgetting
 from gaama.metrics import ForgetMetrics
+from services.runtime.lanes import run_lanes
 from services.runtime.records import BatchResult, Record, decoded, forgetting_not_wired
 
 
@@ -26,10 +28,22 @@ async def handle(
     pipeline: ReflectionPipeline,
     forgetting: Forgetting | None = None,
     metrics: ForgetMetrics | None = None,
+    concurrency: int = 1,
 ) -> BatchResult:
+    """Chunks in arrival order within each conversation; the conversations of a batch run side
+    by side, up to ``concurrency`` at once (their LLM calls overlap). A forget request waits for
+    the chunks before it and holds back those after it."""
     result = BatchResult()
+    lanes: dict[Hashable, list[FactsExtracted]] = {}
+
+    async def run() -> None:
+        for written in await run_lanes(lanes, pipeline.on_facts, concurrency):
+            result.stored["reflection"] += sum(len(w) for w in written)
+        lanes.clear()
+
     for record, ev in decoded(batch, result, _decode):
         if isinstance(ev, ForgetRequested):
+            await run()
             if forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
                 continue
@@ -40,6 +54,6 @@ async def handle(
                 for kind, n in removed.items():
                     metrics.removed.labels(kind).inc(n)
             continue
-        written = await pipeline.on_facts(ev)
-        result.stored["reflection"] += len(written)
+        lanes.setdefault((ev.tenant, ev.conversation), []).append(ev)
+    await run()
     return result

@@ -135,6 +135,12 @@ class Counting(GraphStore):
         self.nodes_read += len(node_ids)
         return await super().get_nodes(tenant, node_ids)
 
+    async def get_fields(
+        self, tenant: str, node_ids: Sequence[str], fields: Sequence[str]
+    ) -> dict[str, list[bytes | None]]:
+        self.nodes_read += len(node_ids)
+        return await super().get_fields(tenant, node_ids, fields)
+
     async def neighbours(self, tenant: str, node_ids: Sequence[str]) -> dict[str, list[Neighbour]]:
         self.adjacencies_read += len(node_ids)
         return await super().neighbours(tenant, node_ids)

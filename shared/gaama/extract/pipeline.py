@@ -32,6 +32,7 @@ from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext, Fac
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
+from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
@@ -205,11 +206,11 @@ class ExtractionPipeline:
                 if nb.kind is EdgeKind.DERIVED_FROM and not nb.outgoing
             )
         )
-        facts = await self.d.graph.get_nodes(tenant, fact_ids)
+        facts = await self._texts(tenant, fact_ids)
         concepts = await self.d.index.knn(
             tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]
         )
-        concept_nodes = await self.d.graph.get_nodes(tenant, [c.id for c in concepts])
+        concept_texts = await self._texts(tenant, [c.id for c in concepts])
         budget = self.s.context_words
         ctx_eps, ctx_facts = [], []
         for i in older:  # most similar first; stop at the word cap
@@ -226,52 +227,60 @@ class ExtractionPipeline:
                 )
             )
         for fid in fact_ids:
-            if (f := facts.get(fid)) is None or (budget := budget - word_count(f.text)) < 0:
+            if (f := facts.get(fid)) is None or (budget := budget - word_count(f)) < 0:
                 break
-            ctx_facts.append(ContextFact(fid, f.text))
+            ctx_facts.append(ContextFact(fid, f))
         return ExtractionContext(
-            episodes=ctx_eps, facts=ctx_facts, concepts=[n.text for n in concept_nodes.values()]
+            episodes=ctx_eps, facts=ctx_facts, concepts=list(concept_texts.values())
         )
 
+    async def _texts(self, tenant: str, node_ids: list[str]) -> dict[str, str]:
+        """The text of each node that exists, in the order asked (the vectors left in Redis:
+        they are most of a node's bytes)."""
+        rows = await self.d.graph.get_fields(tenant, node_ids, ["text"])
+        return {i: as_text(rows[i][0]) for i in node_ids if i in rows}
+
+    async def _embed(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.d.embedder.dim), dtype=np.float32)
+        return await self.d.embedder.embed(texts)
+
     async def _canonical_concepts(
-        self, tenant: str, labels: list[str], vecs: np.ndarray
+        self, tenant: str, labels: list[str]
     ) -> tuple[dict[str, str], dict[str, Node]]:
-        """Map each distinct raw label (``vecs``: their embeddings, in order) to its canonical
-        label; new concept nodes (with vectors) by label.
+        """Map each distinct raw label to its canonical label; new concept nodes (with vectors)
+        by label.
 
         Reuse order: the same label (same id), an existing concept whose embedding is within
         ``concept_merge_similarity``, a string near-duplicate among the nearest existing labels
         or the labels of this chunk. Concepts never merge across tenants: every lookup is scoped.
-        Each label costs one nearest-neighbour search, whatever the tenant's number of concepts;
-        the searches run concurrently and their nodes are read in one round trip.
+        Only labels the tenant does not hold yet are embedded (in one call) and searched for
+        (one nearest-neighbour search each, whatever the tenant's number of concepts; the
+        searches run concurrently and their nodes' texts are read in one round trip).
         """
         mapping: dict[str, str] = {}
         new: dict[str, Node] = {}
         if not labels:
             return mapping, new
         present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in labels])
-        unseen = [i for i, x in enumerate(labels) if ids.concept_id(tenant, x) not in present]
+        unseen = [x for x in labels if ids.concept_id(tenant, x) not in present]
+        vecs = await self._embed([label_text(x) for x in unseen])
         searches = await asyncio.gather(
-            *(self.d.index.knn(tenant, vecs[i], 5, kinds=[NodeKind.CONCEPT]) for i in unseen)
+            *(self.d.index.knn(tenant, v, 5, kinds=[NodeKind.CONCEPT]) for v in vecs)
         )
-        hits_of = dict(zip(unseen, searches, strict=True))
-        found = await self.d.graph.get_nodes(
+        found = await self._texts(
             tenant, list(dict.fromkeys(h.id for hits in searches for h in hits))
         )
-        for i, (label, vec) in enumerate(zip(labels, vecs, strict=True)):
-            if i not in hits_of:
-                mapping[label] = label
-                continue
-            hits = hits_of[i]
+        for label, vec, hits in zip(unseen, vecs, searches, strict=True):
             near = {h.id: found[h.id] for h in hits if h.id in found}
             if (
                 hits
                 and hits[0].similarity >= self.s.concept_merge_similarity
                 and hits[0].id in near
             ):
-                mapping[label] = near[hits[0].id].text
+                mapping[label] = near[hits[0].id]
                 continue
-            candidates = [n.text for n in near.values()] + list(new)
+            candidates = [*near.values(), *new]
             chosen = canonicalize_label(label, candidates, threshold=self.s.concept_merge_fuzz)
             if chosen != label:  # a near-duplicate of an existing or an earlier new label
                 mapping[label] = chosen
@@ -284,7 +293,8 @@ class ExtractionPipeline:
                 text=label,
                 vector=vec.tolist(),
             )
-        return mapping, new
+        # a label the tenant holds is its own canonical label; the order is the labels'
+        return {x: mapping.get(x, x) for x in labels}, new
 
     async def _extract(
         self, tenant: str, conversation: str, episode_ids: list[str], why: str
@@ -303,13 +313,11 @@ class ExtractionPipeline:
         by_id = {e.id: e for e in chunk}
         raw_labels = [lab for labs in result.episode_concepts.values() for lab in labs]
         raw_labels += [lab for f in result.facts for lab in f.concepts]
-        distinct = list(dict.fromkeys(raw_labels))
-        # concepts and facts of the chunk are embedded in one call
-        texts = [label_text(x) for x in distinct] + [d.text for d in result.facts]
-        vecs = await self.d.embedder.embed(texts) if texts else np.zeros((0, 0), np.float32)
         mapping, new_concepts = await self._canonical_concepts(
-            tenant, distinct, vecs[: len(distinct)]
+            tenant, list(dict.fromkeys(raw_labels))
         )
+        # apart from the labels: a batch is padded to its longest text, and labels are short
+        fact_vecs = await self._embed([d.text for d in result.facts])
         cid = {lab: ids.concept_id(tenant, mapping[lab]) for lab in mapping}
 
         edges: list[Edge] = []
@@ -319,7 +327,7 @@ class ExtractionPipeline:
                     Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(labels)
                 ]
         fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await self._facts(
-            tenant, conversation, result.facts, vecs[len(distinct) :], chunk_ids, by_id
+            tenant, conversation, result.facts, fact_vecs, chunk_ids, by_id
         )
         for draft, fid in zip(result.facts, all_fact_ids, strict=True):
             if fid is None:

@@ -25,6 +25,7 @@ from gaama.extract.base import Extractor
 from gaama.extract.pipeline import word_count
 from gaama.extract.types import ReflectionInput
 from gaama.model import Edge, EdgeKind, Node, NodeKind
+from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
@@ -36,6 +37,13 @@ RELATED_PER_FACT = 8
 #: how many facts of one concept can ever be given to the extractor.
 MIN_FACT_WORDS = 4
 _PAGE = 64  # candidate facts read per round trip
+
+
+@dataclass(frozen=True, slots=True)
+class _Fact:
+    text: str
+    subject: str
+    time: float
 
 
 @dataclass
@@ -70,21 +78,23 @@ class ReflectionPipeline:
             await self.d.outbox.done(ev.tenant, ev.chunk_id)
         return written
 
-    async def _within_budget(self, tenant: str, candidates: list[str]) -> dict[str, Node]:
+    async def _within_budget(self, tenant: str, candidates: list[str]) -> dict[str, _Fact]:
         """The candidates, in order, that fit ``context_words`` (missing ones skipped), read a
-        page at a time so that a long candidate list costs only what the budget admits."""
+        page at a time (text, subject and time only: not the vectors) so that a long candidate
+        list costs only what the budget admits."""
         budget = self.s.context_words
-        out: dict[str, Node] = {}
+        out: dict[str, _Fact] = {}
         for start in range(0, len(candidates), _PAGE):
             page = candidates[start : start + _PAGE]
-            nodes = await self.d.graph.get_nodes(tenant, page)
+            rows = await self.d.graph.get_fields(tenant, page, ["text", "subject", "time"])
             for fid in page:
-                if (n := nodes.get(fid)) is None:
+                if (row := rows.get(fid)) is None:
                     continue
-                budget -= word_count(n.text)
+                text, subject, when = (as_text(x) for x in row)
+                budget -= word_count(text)
                 if budget < 0:
                     return out
-                out[fid] = n
+                out[fid] = _Fact(text, subject, float(when or 0))
         return out
 
     async def _reflect(self, ev: FactsExtracted) -> list[str]:
