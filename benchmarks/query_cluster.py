@@ -207,6 +207,8 @@ async def _run(opts: Options, shards: int, tenants_n: int, urls: dict[str, str])
 
 def docs_section(doc: dict[str, Any]) -> str:
     lines = [
+        "## Query latency on Redis Cluster",
+        "",
         f"`{doc['command']}` ({doc['date']}): {doc['tenants']} tenants of "
         f"{doc['nodes_per_tenant']:,} nodes in one Redis and in a {doc['shards']}-primary Redis "
         f"Cluster, one query service each, concurrency 1, rounds interleaved.",
@@ -227,6 +229,10 @@ def docs_section(doc: dict[str, Any]) -> str:
         "",
         f"Tenants per primary (the primary holding each tenant's slot): {spread}.",
         f"Target {doc['target']}: {'holds' if doc['holds'] else 'MISSED'}.",
+        "",
+        "The cluster's KNN stage reads the returned fields from the node hashes after the search"
+        " (the Query Engine there loads none outside its index name's slot; docs/architecture.md,"
+        " \"Redis Cluster\"): one more round trip, to the same primary.",
     ]
     return "\n".join(lines)
 
