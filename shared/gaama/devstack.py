@@ -346,24 +346,38 @@ def form_cluster(ports: list[int], first_bus: int, timeout: float = 20) -> None:
     clients = [redis.Redis(port=p, socket_timeout=2) for p in ports]
     try:
         n = len(ports)
+        infos = [_cluster_info(c) for c in clients]
+        if all(i.get("cluster_known_nodes") == str(n) for i in infos) and all(
+            i.get("cluster_slots_assigned") == str(SLOTS) for i in infos
+        ):
+            return _wait_cluster_ok(clients, ports, timeout)  # restarted from its nodes.conf
+        if any(i.get("cluster_slots_assigned") not in (None, "0") for i in infos):
+            raise StackError(
+                f"the Redis nodes on ports {ports} hold another cluster's state; remove their "
+                f"directories (redis-<port> in the stack directory) or choose another --dir"
+            )
         for i, client in enumerate(clients):
             lo, hi = i * SLOTS // n, (i + 1) * SLOTS // n - 1
             _cmd(client, "CLUSTER", "ADDSLOTSRANGE", lo, hi)
         for client in clients[1:]:
             _cmd(client, "CLUSTER", "MEET", "127.0.0.1", ports[0], first_bus)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            infos = [_cluster_info(c) for c in clients]
-            if all(
-                i.get("cluster_state") == "ok" and i.get("cluster_known_nodes") == str(n)
-                for i in infos
-            ):
-                return
-            time.sleep(0.05)
-        raise StackError(f"the Redis cluster on ports {ports} did not form within {timeout:.0f}s")
+        _wait_cluster_ok(clients, ports, timeout)
     finally:
         for client in clients:
             client.close()
+
+
+def _wait_cluster_ok(clients: list[Any], ports: list[int], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        infos = [_cluster_info(c) for c in clients]
+        if all(
+            i.get("cluster_state") == "ok" and i.get("cluster_known_nodes") == str(len(ports))
+            for i in infos
+        ):
+            return
+        time.sleep(0.05)
+    raise StackError(f"the Redis cluster on ports {ports} did not form within {timeout:.0f}s")
 
 
 SLOTS = 16384

@@ -4,7 +4,10 @@ to another primary while its turns are being written."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
 import time
 
 import numpy as np
@@ -215,8 +218,14 @@ async def test_a_primary_that_joins_gets_the_index_from_readiness(
             await asyncio.sleep(0.05)
         assert cluster.owner(redis_client, keys.node(tenant, "")).port == port
     finally:
-        if moved:
-            await asyncio.to_thread(devstack.move_slot, port, slot, source.port)
-        await asyncio.to_thread(devstack.remove_primary, port, pid, source.port)
+        try:
+            if moved:
+                await asyncio.to_thread(devstack.move_slot, port, slot, source.port)
+            await asyncio.to_thread(devstack.remove_primary, port, pid, source.port)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(
+                    pid, signal.SIGKILL
+                )  # whatever failed above: the server does not outlive us
         await cluster.refresh(redis_client)
     assert (await index.count(tenant))[NodeKind.EPISODE.value] == 10

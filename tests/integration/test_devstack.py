@@ -81,3 +81,28 @@ def test_dev_up_prints_shell_settings_and_status(tmp_path: Path, capsys):
     finally:
         main(["dev", "down", "--dir", str(tmp_path)])
     assert main(["dev", "status", "--dir", str(tmp_path)]) == 1
+
+
+def test_dev_up_redis_cluster_forms_a_cluster_and_restarts_it(tmp_path: Path, capsys):
+    """``gaama dev up --redis-cluster 2``: two cluster primaries holding every slot, the setting
+    printed; after ``down``, ``up`` starts the same cluster again from the nodes' own state."""
+    import redis
+
+    port = devstack.free_port()
+    while not devstack.port_free(port + 1):
+        port = devstack.free_port()
+    args = ["dev", "up", "--dir", str(tmp_path), "--redis-cluster", "2", "--redis-port", str(port)]
+    args += ["--kafka-port", str(devstack.free_port())]
+    try:
+        for _ in range(2):
+            assert main(args) == 0
+            out = capsys.readouterr().out
+            assert "GAAMA_REDIS_CLUSTER=true" in out and f"redis://127.0.0.1:{port}/0" in out
+            client = redis.RedisCluster(host="127.0.0.1", port=port)
+            assert len(client.get_primaries()) == 2
+            slots = client.cluster_slots()
+            assert sum(hi - lo + 1 for lo, hi in slots) == devstack.SLOTS
+            client.close()
+            assert main(["dev", "down", "--dir", str(tmp_path)]) == 0
+    finally:
+        main(["dev", "down", "--dir", str(tmp_path)])
