@@ -128,7 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="NAME",
         help="build the new index under NAME and leave GAAMA_INDEX_NAME serving (no downtime; "
-        "then roll the services to NAME, run again, and drop the old index)",
+        "then roll the services to NAME, run again, drop the old index, and run once more to "
+        "free the old float32 vectors)",
     )
     migrate.set_defaults(func=_migrate)
 

@@ -78,12 +78,13 @@ def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
     with every node of the tenant; exact).
 
     Brute force makes ``tenant_nodes`` comparisons. An HNSW search examines about ``ef``
-    candidates to start with, plus k ÷ (the tenant's share of the index) to collect k of the
-    tenant's nodes, each costing :data:`HNSW_CANDIDATE_COST` comparisons. HNSW runs when it costs
-    at most 1 / :data:`HNSW_MIN_SAVING` of brute force: small tenants (and any tenant that is a
-    sliver of a large index) are brute-forced, large ones walk HNSW. Left to itself the Query Engine brute-forced a tenant of 100k nodes in an index
-    of 110k (18 ms against 2 ms through HNSW): its rule weighs the share and the index's size,
-    not what brute force over the tenant costs.
+    candidates to start with, plus k ÷ (the tenant's share of the ``index_docs``, or of an upper
+    bound of them) to collect k of the tenant's nodes, each costing :data:`HNSW_CANDIDATE_COST`
+    comparisons. HNSW runs when it costs at most 1 / :data:`HNSW_MIN_SAVING` of brute force:
+    small tenants (and any tenant that is a sliver of a large index) are brute-forced, large ones
+    walk HNSW. Left to itself the Query Engine brute-forced a tenant of 100k nodes in an index of
+    110k (18 ms against 2 ms through HNSW): its rule weighs the share and the index's size, not
+    what brute force over the tenant costs.
     """
     candidates = ef + k * index_docs / max(tenant_nodes, 1)
     hnsw = HNSW_CANDIDATE_COST * candidates
