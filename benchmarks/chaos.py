@@ -51,10 +51,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.exceptions import RedisError
 
 from benchmarks.query import machine_info, write_section
-from benchmarks.synthetic import turn_texts
+from benchmarks.synthetic import speakers, turn_texts
 from gaama import devstack
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.devstack import free_port
+from gaama.errors import ConfigError
 from gaama.events import (
     TOPIC_TURNS,
     TOPICS,
@@ -148,7 +149,11 @@ def tenants(opts: Options) -> list[str]:
 
 
 def make_turns(opts: Options) -> list[TurnReceived]:
-    """Every conversation's turns, interleaved round-robin; a session ends every 25 turns."""
+    """Every conversation's turns, interleaved round-robin; a session ends every 25 turns.
+
+    Each conversation of a tenant has speakers of its own: facts are deduplicated per subject
+    (the speaker, here), so no fact merges into one of another conversation — which one would
+    survive depends on the order the conversations are extracted in, like concept labels."""
     texts = turn_texts(opts.tenants * opts.conversations * opts.turns, seed=opts.seed)
     base = datetime(2024, 3, 1, tzinfo=UTC)
     out, k = [], 0
@@ -160,7 +165,7 @@ def make_turns(opts: Options) -> list[TurnReceived]:
                         tenant=tenant,
                         conversation=f"c{c}",
                         turn_id=f"T:{i}",
-                        speaker=("Ann", "Bob")[i % 2],
+                        speaker=speakers(c)[i % 2],
                         text=texts[k],
                         timestamp=base + timedelta(minutes=i),
                         end_of_session=(i + 1) % 25 == 0 or i == opts.turns - 1,
@@ -782,6 +787,10 @@ def main(opts: Options) -> dict[str, Any]:
 
 
 def options(args: argparse.Namespace) -> Options:
+    if args.conversations and speakers(args.conversations - 1) == speakers(0):
+        raise ConfigError(
+            "--conversations: at most 9 (every conversation of a tenant needs its own speakers)"
+        )
     if args.short:
         scenarios = list(SHORT)
         sizes = (args.tenants or 4, args.conversations or 2, args.turns or 50)
