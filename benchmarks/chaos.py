@@ -738,8 +738,30 @@ async def _main(opts: Options) -> dict[str, Any]:
     }
 
 
+def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs a report covers: one, or those :func:`combine` joined."""
+    return doc.get("runs") or [
+        {"command": doc["command"], "date": doc["date"], "reference": doc["reference"]}
+    ]
+
+
+def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several runs (each with its own reference), e.g. of scenarios split over
+    runs with ``--scenario``."""
+    return {
+        "scenarios": [r for d in docs for r in d["scenarios"]],
+        "runs": [run for d in docs for run in _runs(d)],
+        "machine": docs[0]["machine"],
+    }
+
+
 def docs_section(doc: dict[str, Any]) -> str:
-    m, ref = doc["machine"], doc["reference"]
+    m = doc["machine"]
+    runs = "; ".join(
+        f"`{r['command']}` on {r['date']} (its reference: {r['reference']['nodes_out']:,} nodes, "
+        f"drained in {r['reference']['drain_s']:.0f} s)"
+        for r in _runs(doc)
+    )
     rows = [
         f"| {r['name']} | {r['hits']} | {r['turns_in']:,} | {r['nodes_out']:,} | {r['lost']} | "
         f"{r['duplicated']} | {r['dlq_unexpected']} ({r['dlq_poison']} poison) | "
@@ -750,18 +772,20 @@ def docs_section(doc: dict[str, Any]) -> str:
         [
             "## Chaos",
             "",
-            f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}): each "
-            "scenario a fresh embedded stack, the four services as processes, the LLM extractor "
-            "on the fake OpenAI-compatible server; the turns and 3 poison records produced at "
-            "once, the faults at seeded random moments while the pipeline works through them. "
-            f"Reference (a clean run of the same turns): {ref['nodes_out']:,} nodes, drained in "
-            f"{ref['drain_s']:.0f} s. Lost / duplicated: episodes and facts of the reference "
+            f"Run with {runs} ({m['cpus']} CPUs, {m['cpu']}). Each scenario a fresh embedded "
+            "stack, the four services as processes, the LLM extractor on the fake "
+            "OpenAI-compatible server; the turns and 3 poison records produced at once, the "
+            "faults at seeded random moments while the pipeline works through them; compared "
+            "with the reference, a clean run of the same turns. Lost / duplicated: episodes and "
+            "facts of the reference "
             "missing / not in it, per tenant; besides, the NEXT and DERIVED_FROM edges, each "
             "episode's chunk and the indexed vectors of episodes and facts must equal the "
             "reference's, every episode have a concept, every chunk be reflected and every node "
             "be indexed. Concepts and reflections depend on the order in which conversations "
             'reach extract and reflect (docs/architecture.md, "Delivery guarantees"), so '
-            "their ids are not compared. DLQ unexpected: dead letters other than the poison. "
+            "their ids are not compared; every conversation has speakers of its own, so no "
+            "fact merges with one of another conversation (where the survivor depends on that "
+            "order too). DLQ unexpected: dead letters other than the poison. "
             "Drain: from the produce to the last change of the graph.",
             "",
             "| scenario | fault | turns in | nodes out | lost | duplicated | DLQ unexpected "
@@ -821,7 +845,14 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    doc = main(options(args))
+    if args.report:
+        doc = combine([json.loads(Path(f).read_text(encoding="utf-8")) for f in args.report])
+        if args.json:
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        if args.write_docs:
+            write_section(Path(args.docs), DOCS_BEGIN, DOCS_END, docs_section(doc))
+    else:
+        doc = main(options(args))
     failed = [r["name"] for r in doc["scenarios"] if not r["passed"]]
     print(json.dumps({r["name"]: r["passed"] for r in doc["scenarios"]}))
     if failed:
@@ -846,4 +877,11 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--json", default="bench-results/chaos.json", metavar="PATH")
     p.add_argument("--docs", default="docs/benchmarks.md", help="with --write-docs")
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: join these reports (runs split with --scenario) into --json and, "
+        "with --write-docs, the docs",
+    )
     p.set_defaults(func=_cli)
