@@ -515,7 +515,9 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         if scenario.broker_kill:
             await crash(stack.kafka_pid, "broker", stack.start_broker, at, "on its s3 storage")
 
-    async def crash(pid: int | None, what: str, start: Callable[[], None], at: float, how: str):
+    async def crash(
+        pid: int | None, what: str, start: Callable[[], None], at: float, how: str
+    ) -> None:
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         say(f"{what} killed (-9)")
