@@ -51,10 +51,11 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from redis.exceptions import RedisError
 
 from benchmarks.query import machine_info, write_section
-from benchmarks.synthetic import turn_texts
+from benchmarks.synthetic import speakers, turn_texts
 from gaama import devstack
 from gaama.config import ApiKey, hash_api_key, load_settings
 from gaama.devstack import free_port
+from gaama.errors import ConfigError
 from gaama.events import (
     TOPIC_TURNS,
     TOPICS,
@@ -148,7 +149,11 @@ def tenants(opts: Options) -> list[str]:
 
 
 def make_turns(opts: Options) -> list[TurnReceived]:
-    """Every conversation's turns, interleaved round-robin; a session ends every 25 turns."""
+    """Every conversation's turns, interleaved round-robin; a session ends every 25 turns.
+
+    Each conversation of a tenant has speakers of its own: facts are deduplicated per subject
+    (the speaker, here), so no fact merges into one of another conversation — which one would
+    survive depends on the order the conversations are extracted in, like concept labels."""
     texts = turn_texts(opts.tenants * opts.conversations * opts.turns, seed=opts.seed)
     base = datetime(2024, 3, 1, tzinfo=UTC)
     out, k = [], 0
@@ -160,7 +165,7 @@ def make_turns(opts: Options) -> list[TurnReceived]:
                         tenant=tenant,
                         conversation=f"c{c}",
                         turn_id=f"T:{i}",
-                        speaker=("Ann", "Bob")[i % 2],
+                        speaker=speakers(c)[i % 2],
                         text=texts[k],
                         timestamp=base + timedelta(minutes=i),
                         end_of_session=(i + 1) % 25 == 0 or i == opts.turns - 1,
@@ -510,7 +515,9 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         if scenario.broker_kill:
             await crash(stack.kafka_pid, "broker", stack.start_broker, at, "on its s3 storage")
 
-    async def crash(pid: int | None, what: str, start: Callable[[], None], at: float, how: str):
+    async def crash(
+        pid: int | None, what: str, start: Callable[[], None], at: float, how: str
+    ) -> None:
         assert pid is not None
         os.kill(pid, signal.SIGKILL)
         say(f"{what} killed (-9)")
@@ -733,8 +740,30 @@ async def _main(opts: Options) -> dict[str, Any]:
     }
 
 
+def _runs(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The runs a report covers: one, or those :func:`combine` joined."""
+    return doc.get("runs") or [
+        {"command": doc["command"], "date": doc["date"], "reference": doc["reference"]}
+    ]
+
+
+def combine(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One report of several runs (each with its own reference), e.g. of scenarios split over
+    runs with ``--scenario``."""
+    return {
+        "scenarios": [r for d in docs for r in d["scenarios"]],
+        "runs": [run for d in docs for run in _runs(d)],
+        "machine": docs[0]["machine"],
+    }
+
+
 def docs_section(doc: dict[str, Any]) -> str:
-    m, ref = doc["machine"], doc["reference"]
+    m = doc["machine"]
+    runs = "; ".join(
+        f"`{r['command']}` on {r['date']} (its reference: {r['reference']['nodes_out']:,} nodes, "
+        f"drained in {r['reference']['drain_s']:.0f} s)"
+        for r in _runs(doc)
+    )
     rows = [
         f"| {r['name']} | {r['hits']} | {r['turns_in']:,} | {r['nodes_out']:,} | {r['lost']} | "
         f"{r['duplicated']} | {r['dlq_unexpected']} ({r['dlq_poison']} poison) | "
@@ -745,18 +774,20 @@ def docs_section(doc: dict[str, Any]) -> str:
         [
             "## Chaos",
             "",
-            f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}): each "
-            "scenario a fresh embedded stack, the four services as processes, the LLM extractor "
-            "on the fake OpenAI-compatible server; the turns and 3 poison records produced at "
-            "once, the faults at seeded random moments while the pipeline works through them. "
-            f"Reference (a clean run of the same turns): {ref['nodes_out']:,} nodes, drained in "
-            f"{ref['drain_s']:.0f} s. Lost / duplicated: episodes and facts of the reference "
+            f"Run with {runs} ({m['cpus']} CPUs, {m['cpu']}). Each scenario a fresh embedded "
+            "stack, the four services as processes, the LLM extractor on the fake "
+            "OpenAI-compatible server; the turns and 3 poison records produced at once, the "
+            "faults at seeded random moments while the pipeline works through them; compared "
+            "with the reference, a clean run of the same turns. Lost / duplicated: episodes and "
+            "facts of the reference "
             "missing / not in it, per tenant; besides, the NEXT and DERIVED_FROM edges, each "
             "episode's chunk and the indexed vectors of episodes and facts must equal the "
             "reference's, every episode have a concept, every chunk be reflected and every node "
             "be indexed. Concepts and reflections depend on the order in which conversations "
             'reach extract and reflect (docs/architecture.md, "Delivery guarantees"), so '
-            "their ids are not compared. DLQ unexpected: dead letters other than the poison. "
+            "their ids are not compared; every conversation has speakers of its own, so no "
+            "fact merges with one of another conversation (where the survivor depends on that "
+            "order too). DLQ unexpected: dead letters other than the poison. "
             "Drain: from the produce to the last change of the graph.",
             "",
             "| scenario | fault | turns in | nodes out | lost | duplicated | DLQ unexpected "
@@ -782,6 +813,10 @@ def main(opts: Options) -> dict[str, Any]:
 
 
 def options(args: argparse.Namespace) -> Options:
+    if args.conversations and speakers(args.conversations - 1) == speakers(0):
+        raise ConfigError(
+            "--conversations: at most 9 (every conversation of a tenant needs its own speakers)"
+        )
     if args.short:
         scenarios = list(SHORT)
         sizes = (args.tenants or 4, args.conversations or 2, args.turns or 50)
@@ -812,7 +847,14 @@ def options(args: argparse.Namespace) -> Options:
 
 
 def _cli(args: argparse.Namespace) -> int:
-    doc = main(options(args))
+    if args.report:
+        doc = combine([json.loads(Path(f).read_text(encoding="utf-8")) for f in args.report])
+        if args.json:
+            Path(args.json).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+        if args.write_docs:
+            write_section(Path(args.docs), DOCS_BEGIN, DOCS_END, docs_section(doc))
+    else:
+        doc = main(options(args))
     failed = [r["name"] for r in doc["scenarios"] if not r["passed"]]
     print(json.dumps({r["name"]: r["passed"] for r in doc["scenarios"]}))
     if failed:
@@ -837,4 +879,11 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--json", default="bench-results/chaos.json", metavar="PATH")
     p.add_argument("--docs", default="docs/benchmarks.md", help="with --write-docs")
     p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument(
+        "--report",
+        nargs="+",
+        metavar="JSON",
+        help="run nothing: join these reports (runs split with --scenario) into --json and, "
+        "with --write-docs, the docs",
+    )
     p.set_defaults(func=_cli)

@@ -50,6 +50,7 @@ def test_chaos_short(tmp_path: Path) -> None:
     for name, r in rows.items():
         what = {k: r[k] for k in ("lost", "duplicated", "dlq_unexpected", "exited", "left_behind")}
         assert r["passed"], f"{name} failed: {what}; logs in {r['logs']}"
-        assert r["turns_in"] > 0 and r["poison_injected"] == r["dlq_poison"] > 0
+        # Poison may be dead-lettered twice (a kill before ingest committed): at least once.
+        assert r["turns_in"] > 0 and r["poison_injected"] > 0 and r["poison_missing"] == 0
         assert r["faults"], f"{name}: no fault was carried out"
     assert code == 0, said
