@@ -36,9 +36,10 @@ test: install
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"
 
-## The store, pipeline, isolation and forget tests on a 3-primary Redis Cluster (session fixture).
+## The store, search (KNN and lexical), pipeline, isolation and forget tests on a 3-primary Redis Cluster (session fixture).
 CLUSTER_TESTS := tests/integration/test_cluster.py tests/integration/test_graph_store.py \
-	tests/integration/test_search.py tests/integration/test_isolation.py tests/component \
+	tests/integration/test_search.py tests/integration/test_lexical.py \
+	tests/integration/test_isolation.py tests/component \
 	tests/integration/test_forget_api.py tests/integration/test_bulk_loader.py
 test-cluster: install
 	GAAMA_TEST_REDIS_CLUSTER=3 $(BIN)/python -m pytest -q $(CLUSTER_TESTS)

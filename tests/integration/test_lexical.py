@@ -132,6 +132,7 @@ async def test_a_query_of_only_special_characters_is_answered(
         assert (await c.post("/v1/search", headers=A, json=off)).status_code == 200
 
 
+@pytest.mark.single_redis  # an index without the field was never written on a cluster
 async def test_index_without_the_text_field_is_refused_then_migrated(
     graph: GraphStore, embedder: MiniLMEmbedder, settings: Settings
 ) -> None:

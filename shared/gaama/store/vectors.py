@@ -295,7 +295,9 @@ class VectorIndex:
         scored.sort(key=lambda d: -d[2])  # two replies while the tenant's slot moves
         scored = scored[:k]
         if self._nodes is not None:  # fields outside the index name's slot come back empty
-            texts = await self._nodes.load([(key, {}) for key, _, _ in scored], returned[2:])
+            texts = await self._nodes.load(
+                [(key, {}) for key, _, _ in scored], [returned[0], *returned[2:]]
+            )
             raw = await self._hashes_field([key for key, _, _ in scored], VECTOR_FIELD)
             scored = [
                 (key, {"kind": row.get("kind", ""), VECTOR_FIELD: vec, **row}, score)
@@ -628,7 +630,7 @@ def _scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
             out.append((as_text(row["id"]), fields, float(row.get("score") or 0.0)))
         return out
     for i in range(1, len(reply) - 2, 3):
-        flat = reply[i + 2]
+        flat = reply[i + 2] or []  # None on a cluster, outside the index name's slot
         fields = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
         out.append((as_text(reply[i]), fields, float(reply[i + 1])))
     return out
