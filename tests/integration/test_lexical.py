@@ -16,8 +16,9 @@ from gaama.model import Node, NodeKind
 from gaama.retrieval.lexical import query_terms
 from gaama.retrieval.search import Retriever
 from gaama.store.graph import GraphStore
+from gaama.store.index_layout import LEXICAL_FIELD, index_schema
 from gaama.store.migrate import migrate_index
-from gaama.store.vectors import LEXICAL_FIELD, VectorIndex, index_schema
+from gaama.store.vectors import VectorIndex
 from tests.integration.test_query_api import A, make_app, with_keys
 from tests.integration.test_search import build_memory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from gaama.store.vectors import hybrid_policy
+from gaama.store.index_layout import hybrid_policy
 
 K, EF = 80, 100
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gaama.store.vectors import _documents
+from gaama.store.index_layout import documents
 
 
 def test_search_replies_parse_in_both_protocols():
@@ -17,4 +17,4 @@ def test_search_replies_parse_in_both_protocols():
     }
     resp2 = [1, b"p:node:{t}:ep_1", [b"dist", b"0.25", b"text", b"caf\xc3\xa9"]]
     want = [("p:node:{t}:ep_1", {"dist": "0.25", "text": "café"})]
-    assert _documents(resp3) == _documents(resp2) == want
+    assert documents(resp3) == documents(resp2) == want

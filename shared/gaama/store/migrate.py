@@ -59,14 +59,14 @@ from gaama.store.codecs import (
     vector_fields,
 )
 from gaama.store.errors import store_errors
-from gaama.store.vectors import (
+from gaama.store.index_layout import (
     LEXICAL_FIELD,
-    VectorIndex,
     has_current_vectors,
     has_exact_tags,
     has_text_field,
     vector_attribute,
 )
+from gaama.store.vectors import VectorIndex
 
 Progress = Callable[[str], None]
 _SOURCE_FIELDS = tuple(TAG_FIELDS)  # tenant, conversation, subject

@@ -1,0 +1,194 @@
+"""The vector index's layout and how to read the Query Engine's replies: the schema
+(:func:`index_schema`), the checks of an existing index's ``FT.INFO`` (exact tags, the vector
+field's type, the full-text field), the parsing of ``FT.SEARCH`` replies in either protocol, and
+the KNN's hybrid policy (:func:`hybrid_policy`). Pure functions; :mod:`gaama.store.vectors`
+runs the commands.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redisvl.schema import IndexSchema
+
+from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
+from gaama.store.keys import Keys
+
+#: HNSW links per node (a node of the bottom layer has twice as many).
+HNSW_M = 16
+#: What examining one HNSW candidate costs, in brute-force comparisons of one vector: about 2.5-3.4
+#: measured with float16 vectors (FT.PROFILE, docs/benchmarks.md "KNN policy"), rounded up.
+HNSW_CANDIDATE_COST = 4
+#: HNSW's answer is approximate and brute force's exact, so HNSW runs only when it at least halves
+#: the cost: at LoCoMo's tenants of ~1.9k nodes, where it would save a tenth, it lost up to 0.012
+#: of R@1000w in a category.
+HNSW_MIN_SAVING = 2
+
+
+def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
+    """How a KNN over one tenant's nodes of a shared index runs: ``"BATCHES"`` (walk the HNSW
+    graph, keeping the tenant's nodes, until k are found) or ``"ADHOC_BF"`` (compare the query
+    with every node of the tenant; exact).
+
+    Brute force makes ``tenant_nodes`` comparisons. An HNSW search examines about ``ef``
+    candidates to start with, plus k ÷ (the tenant's share of the ``index_docs``, or of an upper
+    bound of them) to collect k of the tenant's nodes, each costing :data:`HNSW_CANDIDATE_COST`
+    comparisons. HNSW runs when it costs at most 1 / :data:`HNSW_MIN_SAVING` of brute force:
+    small tenants (and any tenant that is a sliver of a large index) are brute-forced, large ones
+    walk HNSW. Left to itself the Query Engine brute-forced a tenant of 100k nodes in an index of
+    110k (18 ms against 2 ms through HNSW): its rule weighs the share and the index's size, not
+    what brute force over the tenant costs.
+    """
+    candidates = ef + k * index_docs / max(tenant_nodes, 1)
+    hnsw = HNSW_CANDIDATE_COST * candidates
+    return "BATCHES" if HNSW_MIN_SAVING * hnsw <= tenant_nodes else "ADHOC_BF"
+
+
+#: The node field indexed for full text (the lexical channel of retrieval).
+LEXICAL_FIELD = "text"
+
+
+def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
+    return IndexSchema.from_dict(
+        {
+            "index": {
+                "name": name,
+                "prefix": keys.node_prefix,
+                "storage_type": "hash",
+                "key_separator": ":",
+            },
+            "fields": [
+                *(
+                    {"name": f, "type": "tag", "attrs": {"case_sensitive": True}}
+                    for f in TAG_FIELDS.values()
+                ),
+                {"name": "kind", "type": "tag", "attrs": {"case_sensitive": True}},
+                {"name": "time", "type": "numeric"},
+                {"name": LEXICAL_FIELD, "type": "text"},
+                {
+                    "name": VECTOR_FIELD,
+                    "type": "vector",
+                    "attrs": {
+                        "algorithm": "hnsw",
+                        "dims": dim,
+                        "distance_metric": "cosine",
+                        "datatype": VECTOR_DTYPE.__name__,
+                        "m": HNSW_M,
+                        "ef_construction": 200,
+                    },
+                },
+            ],
+        }
+    )
+
+
+def has_text_field(info: Any) -> bool:
+    """Whether an FT.INFO reply shows the full-text field of the lexical channel."""
+
+    def is_text_attr(x: Any) -> bool:
+        flat = [as_text(v) for v in x if isinstance(v, bytes | str)]
+        pairs = dict(zip(flat[::2], flat[1::2], strict=False))
+        return pairs.get("identifier") == LEXICAL_FIELD and pairs.get("type") == "TEXT"
+
+    def walk(x: Any) -> bool:
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if isinstance(x, list | tuple):
+            return is_text_attr(x) or any(walk(item) for item in x)
+        return False
+
+    return walk(info)
+
+
+def has_exact_tags(info: Any) -> bool:
+    """Whether an FT.INFO reply shows the digest tag fields of the current layout."""
+    wanted = {f.encode() for f in TAG_FIELDS.values()} | set(TAG_FIELDS.values())
+    found: set[Any] = set()
+
+    def walk(x: Any) -> None:
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if isinstance(x, list | tuple):
+            for item in x:
+                if isinstance(item, bytes | str) and item in wanted:
+                    found.add(item if isinstance(item, str) else item.decode())
+                else:
+                    walk(item)
+
+    walk(info)
+    return found >= set(TAG_FIELDS.values())
+
+
+def vector_attribute(info: Any) -> dict[str, str]:
+    """The vector field's attributes in an FT.INFO reply (``identifier``, ``data_type``, ``dim``,
+    ..., names in lower case), whichever protocol; empty if the index has no vector field."""
+    found: dict[str, str] = {}
+
+    def walk(x: Any) -> None:
+        if found:
+            return
+        if isinstance(x, dict):
+            x = [v for kv in x.items() for v in kv]
+        if not isinstance(x, list | tuple):
+            return
+        pairs = [(x[i], x[i + 1]) for i in range(0, len(x) - 1, 2)]
+        if len(x) % 2 == 0 and all(isinstance(k, bytes | str) for k, _ in pairs):
+            attrs = {
+                as_text(k).lower(): as_text(v)
+                for k, v in pairs
+                if not isinstance(v, list | tuple | dict)
+            }
+            if attrs.get("type", "").upper() == "VECTOR":
+                found.update(attrs)
+                return
+        for item in x:
+            walk(item)
+
+    walk(info)
+    return found
+
+
+def has_current_vectors(info: Any) -> bool:
+    """Whether an FT.INFO reply shows this layout's vector field: :data:`VECTOR_FIELD`, float16."""
+    vector = vector_attribute(info)
+    return (
+        vector.get("identifier") == VECTOR_FIELD
+        and vector.get("data_type", "").lower() == VECTOR_DTYPE.__name__
+    )
+
+
+def scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
+    """(key, raw fields, score) of each document of an FT.SEARCH ... WITHSCORES reply, in
+    either protocol (RESP2: ``[total, key, score, [field, value, ...], ...]``)."""
+    out = []
+    if isinstance(reply, dict):
+        for row in reply.get(b"results") or reply.get("results") or []:
+            row = {as_text(k): v for k, v in row.items()}
+            attrs = row.get("extra_attributes") or {}
+            fields = {as_text(k): v for k, v in attrs.items()}
+            out.append((as_text(row["id"]), fields, float(row.get("score") or 0.0)))
+        return out
+    for i in range(1, len(reply) - 2, 3):
+        flat = reply[i + 2] or []  # None on a cluster, outside the index name's slot
+        fields = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
+        out.append((as_text(reply[i]), fields, float(reply[i + 1])))
+    return out
+
+
+def documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
+    """(key, fields) of each document of an FT.SEARCH reply, in either protocol: RESP3 gives a
+    map, RESP2 ``[total, key, [field, value, ...], ...]``."""
+    if isinstance(reply, dict):
+        rows: list[dict[Any, Any]] = reply.get(b"results") or reply.get("results") or []
+        out = []
+        for row in rows:
+            row = {as_text(k): v for k, v in row.items()}
+            attrs = row.get("extra_attributes") or {}
+            out.append((as_text(row["id"]), {as_text(k): as_text(v) for k, v in attrs.items()}))
+        return out
+    return [(as_text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply) - 1, 2)]
+
+
+def pairs(flat: Sequence[Any]) -> dict[str, str]:
+    return {as_text(flat[j]): as_text(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
