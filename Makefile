@@ -38,7 +38,7 @@ test-fast: install
 
 ## The store, search (KNN and lexical), pipeline, isolation and forget tests on a 3-primary Redis Cluster (session fixture).
 CLUSTER_TESTS := tests/integration/test_cluster.py tests/integration/test_graph_store.py \
-	tests/integration/test_search.py tests/integration/test_lexical.py \
+	tests/integration/test_search.py tests/integration/test_lexical.py tests/integration/test_time_prior.py \
 	tests/integration/test_isolation.py tests/component \
 	tests/integration/test_forget_api.py tests/integration/test_bulk_loader.py
 test-cluster: install

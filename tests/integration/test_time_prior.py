@@ -58,7 +58,8 @@ async def test_a_named_period_lifts_what_lies_in_it(
         speaker="Ann",
         vector=latest_vec.tolist(),
     )
-    await graph.write("t1", [*nodes, latest], [])
+    await graph.write("t1", nodes, [])
+    assert await graph.append_episode(latest)  # a turn, as ingest stores it (its NEXT chain)
     await _indexed(index, "t1", 4)
     retriever = Retriever(graph, index, embedder, settings)
     for mode in ("gaama", "semantic"):

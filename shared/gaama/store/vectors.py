@@ -411,14 +411,38 @@ class VectorIndex:
 
     async def latest_time(self, tenant: str, conversation: str | None = None) -> float | None:
         """The time of ``tenant``'s latest episode (of ``conversation`` when given), or None."""
-        flt = _scope(tenant, [NodeKind.EPISODE], conversation, None)
         if self._nodes is not None:  # no SORTBY over a cluster index (see _scan_cluster)
-            return None
+            return await self._latest_time_from_chains(tenant, conversation)
+        flt = _scope(tenant, [NodeKind.EPISODE], conversation, None)
         args: list[Any] = [str(flt), "RETURN", 1, "time"]
         args += ["SORTBY", "time", "DESC", "LIMIT", 0, 1, "DIALECT", 2]
         (reply,) = await self._execute(tenant, args)
         docs = documents(reply)
         return float(docs[0][1]["time"]) if docs and docs[0][1].get("time") else None
+
+    async def _latest_time_from_chains(self, tenant: str, conversation: str | None) -> float | None:
+        """:meth:`latest_time` on a cluster, from the conversations' NEXT chains (sorted sets
+        in turn order, on the tenant's primary): the time of each chain's last episode, the
+        latest of them. One round trip per conversation of the scope."""
+        near = self.keys.degrees(tenant)
+        with store_errors():
+            if conversation is not None:
+                chains = [self.keys.chain(tenant, conversation)]
+            else:
+                pattern = self.keys.chain(tenant, "*")
+                chains = [
+                    as_text(k) async for k in cluster.scan_keys(self.redis, pattern, near=near)
+                ]
+            latest: float | None = None
+            for chain in chains:
+                last = await self.redis.zrange(chain, -1, -1)
+                if not last:
+                    continue
+                raw = await self.redis.hget(self.keys.node(tenant, as_text(last[0])), "time")
+                if raw is not None:
+                    t = float(as_text(raw))
+                    latest = t if latest is None else max(latest, t)
+        return latest
 
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
