@@ -5,6 +5,7 @@ it ran), and both find the tenant's nearest nodes and only its own."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import redis.asyncio as aioredis
 
 from gaama import ids
@@ -24,6 +25,7 @@ async def _last_search_mode(redis: aioredis.Redis, index: VectorIndex) -> str:
     return str(flat[b"LAST_SEARCH_MODE"].decode())
 
 
+@pytest.mark.single_redis  # FT.DEBUG VECSIM_INFO names the index: a cluster routes it by slot
 async def test_large_tenants_walk_hnsw_small_ones_are_brute_forced(
     graph: GraphStore, index: VectorIndex, redis_client: aioredis.Redis, keys: Keys
 ) -> None:

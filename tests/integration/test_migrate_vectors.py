@@ -87,6 +87,7 @@ async def _fields(redis: aioredis.Redis, keys: Keys, tenant: str, node_id: str) 
     return {f.decode() for f in await redis.hkeys(keys.node(tenant, node_id))}
 
 
+@pytest.mark.single_redis  # the float32 layout was never written on a cluster
 async def test_old_vectors_are_refused_then_migrated_in_place(
     redis_client: aioredis.Redis, keys: Keys, settings: Settings, embedder: Embedder
 ) -> None:
@@ -124,6 +125,7 @@ async def test_old_vectors_are_refused_then_migrated_in_place(
         await index.drop()
 
 
+@pytest.mark.single_redis  # the float32 layout was never written on a cluster
 async def test_migration_to_a_new_name_keeps_the_old_index_serving(
     redis_client: aioredis.Redis, keys: Keys, settings: Settings, embedder: Embedder
 ) -> None:

@@ -140,7 +140,7 @@ def other_namespace(settings: Settings, suffix: str) -> Settings:
 
 async def clean_run(settings: Settings, log: Path, llm: FakeOpenAIServer) -> dict:
     await create_topics(settings.kafka_bootstrap, settings.topic_partitions, settings.topic_prefix)
-    client = connect(settings.redis_url)
+    client = connect(settings.redis_url, cluster=settings.redis_cluster)
     procs = [
         ServiceProcess(n, settings, log, **llm_env(llm)).start()
         for n in ("ingest", "extract", "reflect")
