@@ -54,7 +54,7 @@ from benchmarks.query import machine_info, write_section
 from benchmarks.synthetic import speakers, turn_texts
 from gaama import devstack
 from gaama.config import ApiKey, hash_api_key, load_settings
-from gaama.devstack import free_port
+from gaama.devstack import free_port, processes
 from gaama.errors import ConfigError
 from gaama.events import (
     TOPIC_TURNS,
@@ -591,7 +591,7 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         _STARTED.clear()
     left = [f"{n} (pgid {p.proc.pid})" for n, p in procs.items() if p.proc and _group_alive(p)]
     for pid, what in ((stack.redis_pid, "redis"), (stack.kafka_pid, "broker")):
-        if pid and devstack._alive(pid):
+        if pid and processes.alive(pid):
             left.append(f"{what} (pid {pid})")
     return Run(
         scenario,

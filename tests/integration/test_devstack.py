@@ -10,6 +10,7 @@ import pytest
 
 from gaama import devstack
 from gaama.cli import main
+from gaama.devstack import processes
 
 
 def test_taken_port_is_reported(tmp_path: Path):
@@ -27,7 +28,7 @@ def test_server_that_exits_at_start_shows_its_log(tmp_path: Path):
     proc = subprocess.Popen(["true"])
     proc.wait()
     with pytest.raises(devstack.StackError, match=r"(?s)exited at start.*cannot load module"):
-        devstack._wait_redis(devstack.free_port(), proc.pid, log, timeout=5)
+        processes.wait_redis(devstack.free_port(), proc.pid, log, timeout=5)
 
 
 def test_cli_turns_errors_into_messages(tmp_path: Path, capsys):

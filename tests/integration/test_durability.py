@@ -12,6 +12,7 @@ import pytest
 
 from gaama import devstack
 from gaama.config import Settings
+from gaama.devstack import processes
 from gaama.errors import ConfigError, StoreUnavailable
 from gaama.events import TOPIC_TURNS, conversation_key
 from gaama.store import connect
@@ -37,10 +38,10 @@ async def test_missing_replicas_are_an_outage_not_a_pass(graph: GraphStore) -> N
 
 async def test_redis_without_aof_is_a_config_error(tmp_path: Path) -> None:
     port = devstack.free_port()
-    pid = devstack._start_redis(tmp_path, port)
+    pid = processes.start_redis(tmp_path, port)
     client = connect(f"redis://127.0.0.1:{port}/0")
     try:
-        devstack._wait_redis(port, pid, tmp_path / "redis.log")
+        processes.wait_redis(port, pid, tmp_path / "redis.log")
         await client.config_set("appendonly", "no")  # a server of our own: nothing shared
         with pytest.raises(ConfigError, match="appendonly"):
             await Durability(client, "gaama:durability", "aof").wait()
@@ -53,9 +54,9 @@ async def test_acknowledged_turns_survive_a_redis_sigkill(
     settings: Settings, embedder, tmp_path: Path
 ) -> None:
     port = devstack.free_port()
-    pid = devstack._start_redis(tmp_path, port)
+    pid = processes.start_redis(tmp_path, port)
     url = f"redis://127.0.0.1:{port}/0"
-    devstack._wait_redis(port, pid, tmp_path / "redis.log")
+    processes.wait_redis(port, pid, tmp_path / "redis.log")
     client = connect(url)
     s = settings.model_copy(update={"redis_url": url})
     graph = GraphStore(client, settings_keys(s))
@@ -74,8 +75,8 @@ async def test_acknowledged_turns_survive_a_redis_sigkill(
             acknowledged += [o.event.episode_id for o in result.out]  # type: ignore[attr-defined]
         os.kill(pid, signal.SIGKILL)  # no shutdown, no final fsync
         await client.aclose()
-        pid = devstack._start_redis(tmp_path, port)  # the same directory: it reloads the AOF
-        devstack._wait_redis(port, pid, tmp_path / "redis.log")
+        pid = processes.start_redis(tmp_path, port)  # the same directory: it reloads the AOF
+        processes.wait_redis(port, pid, tmp_path / "redis.log")
         client = connect(url)
         graph = GraphStore(client, settings_keys(s))
         assert await graph.existing("acme", acknowledged) == set(acknowledged)

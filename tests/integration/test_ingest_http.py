@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from gaama import devstack
 from gaama.config import ApiKey, Settings, hash_api_key
+from gaama.devstack import processes
 from gaama.embed import MiniLMEmbedder
 from gaama.store.graph import GraphStore
 from services.ingest.app import create_http_app
@@ -52,8 +53,8 @@ class Broker:
         return f"127.0.0.1:{self.port}"
 
     async def start(self, settings: Settings) -> None:
-        self.pid = devstack._start_tansu(self.directory, self.port)
-        devstack._wait_tcp(self.port, self.pid, self.directory / "tansu.log", "tansu")
+        self.pid = processes.start_tansu(self.directory, self.port)
+        processes.wait_tcp(self.port, self.pid, self.directory / "tansu.log", "tansu")
         await devstack.create_topics(self.bootstrap, 1, settings.topic_prefix)
 
     def kill(self) -> None:

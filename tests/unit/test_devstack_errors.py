@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from gaama import devstack
+from gaama.devstack import processes
 
 
 def test_missing_package_names_the_fix():
     with pytest.raises(devstack.StackError, match=r"pip install -e '\.\[stack\]'"):
-        devstack._package_dir("gaama_no_such_package")
+        processes._package_dir("gaama_no_such_package")
