@@ -1,8 +1,9 @@
 """The vector index's layout and how to read the Query Engine's replies: the schema
 (:func:`index_schema`), the checks of an existing index's ``FT.INFO`` (exact tags, the vector
-field's type, the full-text field), the parsing of ``FT.SEARCH`` replies in either protocol, and
-the KNN's hybrid policy (:func:`hybrid_policy`). Pure functions; :mod:`gaama.store.vectors`
-runs the commands.
+field's type, the full-text field, the dimension: :func:`check_info`), the tenant and scope filter
+of every search (:func:`scope_filter`), the parsing of ``FT.SEARCH`` replies in either protocol,
+and the KNN's hybrid policy (:func:`hybrid_policy`). Pure functions; :mod:`gaama.store.vectors`
+and :mod:`gaama.store.index_reads` run the commands.
 """
 
 from __future__ import annotations
@@ -10,8 +11,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from redis.exceptions import ResponseError
+from redisvl.query.filter import FilterExpression, Tag
 from redisvl.schema import IndexSchema
 
+from gaama import ids
+from gaama.errors import ConfigError, DimensionMismatch
+from gaama.model import NodeKind
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.keys import Keys
 
@@ -158,6 +164,44 @@ def has_current_vectors(info: Any) -> bool:
     )
 
 
+def check_info(info: Any, name: str, dim: int) -> None:
+    """Check that the index ``name``, whose ``FT.INFO`` reply is ``info`` (or the error it
+    gave), is one this code can search with ``dim``-d vectors.
+
+    Raises:
+        ConfigError: the index predates exact tags, the current vector field or the
+            full-text field (each names the ``gaama migrate`` command that upgrades it).
+        DimensionMismatch: the index holds vectors of another dimension.
+    """
+    if isinstance(info, ResponseError):
+        raise info
+    if not has_exact_tags(info):
+        raise ConfigError(
+            f"index {name!r} uses the old tag layout, which matches tenants, "
+            f"conversations and subjects case-insensitively; stop the writers and run "
+            f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
+        )
+    vector = vector_attribute(info)
+    if not has_current_vectors(info):
+        raise ConfigError(
+            f"index {name!r} indexes {vector.get('data_type', 'no')} vectors in "
+            f"{vector.get('identifier', 'no field')!r}, not {VECTOR_DTYPE.__name__} in "
+            f"{VECTOR_FIELD!r}; run 'gaama migrate vectors' (docs/operations.md, "
+            f"'Index schema changes')"
+        )
+    if not has_text_field(info):
+        raise ConfigError(
+            f"index {name!r} has no full-text field {LEXICAL_FIELD!r} for the lexical "
+            f"channel; run 'gaama migrate index' (docs/operations.md, 'Upgrades')"
+        )
+    found = int(vector["dim"]) if vector.get("dim", "").isdigit() else None
+    if found is not None and found != dim:
+        raise DimensionMismatch(
+            f"index {name!r} holds {found}-d vectors but the embedder gives {dim}-d;"
+            f" set GAAMA_INDEX_NAME to a new index or use the matching embedder"
+        )
+
+
 def scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
     """(key, raw fields, score) of each document of an FT.SEARCH ... WITHSCORES reply, in
     either protocol (RESP2: ``[total, key, score, [field, value, ...], ...]``)."""
@@ -192,3 +236,20 @@ def documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
 
 def pairs(flat: Sequence[Any]) -> dict[str, str]:
     return {as_text(flat[j]): as_text(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
+
+
+def scope_filter(
+    tenant: str,
+    kinds: Sequence[NodeKind] | None,
+    conversation: str | None,
+    subject: str | None,
+) -> FilterExpression:
+    """The tenant (always) and scope filter of a search, on the scopes' digests."""
+    flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
+    if kinds:
+        flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
+    if conversation:
+        flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
+    if subject:
+        flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
+    return flt

@@ -2,7 +2,8 @@
 
 The index covers the node hashes the GraphStore writes (the vector is a field of the node), so a
 node and its vector are stored by the same atomic write. Every query takes the tenant as a
-required argument and the TAG filter on it is built here: callers cannot forget it.
+required argument and the TAG filter on it is built by the store
+(:func:`~gaama.store.index_layout.scope_filter`): callers cannot forget it.
 
 Scopes are filtered on digests (``tenant_tag``, ``conversation_tag``, ``subject_tag``; see
 :func:`gaama.ids.tag`), never on the caller's strings: a TAG field folds case and splits on
@@ -11,6 +12,10 @@ of that layout are refused at start-up until ``gaama migrate index`` has rebuilt
 
 On Redis Cluster the index is one per primary and a tenant's searches go to the tenant's primary
 (:mod:`gaama.store.node_indexes`); what spans tenants (``count()`` of all) adds up every primary.
+
+Scans in time order and the routing of every ``FT.SEARCH`` are the base class's
+(:mod:`gaama.store.index_reads`); the layout, the scope filter and the reply parsing are
+:mod:`gaama.store.index_layout`'s.
 """
 
 from __future__ import annotations
@@ -26,25 +31,23 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redisvl.index import AsyncSearchIndex
-from redisvl.query.filter import FilterExpression, Tag
 
 from gaama import ids
-from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
+from gaama.errors import StoreUnavailable
 from gaama.model import NodeKind
 from gaama.store import cluster
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
     LEXICAL_FIELD,
+    check_info,
     documents,
-    has_current_vectors,
-    has_exact_tags,
-    has_text_field,
     hybrid_policy,
     index_schema,
+    scope_filter,
     scored_documents,
-    vector_attribute,
 )
+from gaama.store.index_reads import IndexReads
 from gaama.store.keys import Keys
 from gaama.store.node_indexes import NodeIndexes
 
@@ -73,7 +76,10 @@ SIZE_TTL_S = 30.0
 _SIZES_MAX = 10_000  # tenants whose size is remembered at once
 
 
-class VectorIndex:
+class VectorIndex(IndexReads):
+    """KNN and full-text search of one tenant's nodes, and the index's lifecycle (create and
+    check, readiness, counts, drop); scans in time order are :class:`IndexReads`'."""
+
     def __init__(
         self,
         redis: aioredis.Redis,
@@ -108,7 +114,7 @@ class VectorIndex:
         try:
             if self._nodes is not None:
                 for _, info in await self._nodes.each("FT.INFO", create=True):
-                    self._check_info(info)
+                    check_info(info, self.name, self.dim)
                 return
             if not await self._index.exists():
                 await self._index.create(overwrite=False)
@@ -116,36 +122,7 @@ class VectorIndex:
             info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        self._check_info(info)
-
-    def _check_info(self, info: Any) -> None:
-        if isinstance(info, ResponseError):
-            raise info
-        if not has_exact_tags(info):
-            raise ConfigError(
-                f"index {self.name!r} uses the old tag layout, which matches tenants, "
-                f"conversations and subjects case-insensitively; stop the writers and run "
-                f"'gaama migrate index' (docs/operations.md, 'Upgrades')"
-            )
-        vector = vector_attribute(info)
-        if not has_current_vectors(info):
-            raise ConfigError(
-                f"index {self.name!r} indexes {vector.get('data_type', 'no')} vectors in "
-                f"{vector.get('identifier', 'no field')!r}, not {VECTOR_DTYPE.__name__} in "
-                f"{VECTOR_FIELD!r}; run 'gaama migrate vectors' (docs/operations.md, "
-                f"'Index schema changes')"
-            )
-        if not has_text_field(info):
-            raise ConfigError(
-                f"index {self.name!r} has no full-text field {LEXICAL_FIELD!r} for the lexical "
-                f"channel; run 'gaama migrate index' (docs/operations.md, 'Upgrades')"
-            )
-        found = int(vector["dim"]) if vector.get("dim", "").isdigit() else None
-        if found is not None and found != self.dim:
-            raise DimensionMismatch(
-                f"index {self.name!r} holds {found}-d vectors but the embedder gives {self.dim}-d;"
-                f" set GAAMA_INDEX_NAME to a new index or use the matching embedder"
-            )
+        check_info(info, self.name, self.dim)
 
     async def ready(self) -> bool:
         """Whether the index exists (on a cluster: on every primary)."""
@@ -169,7 +146,7 @@ class VectorIndex:
     ) -> list[Hit]:
         """The ``k`` nodes of ``tenant`` nearest to ``vector``, best first, each with the
         stored ``fields`` asked for (read by the Query Engine in the same call)."""
-        flt = _scope(tenant, kinds, conversation, subject)
+        flt = scope_filter(tenant, kinds, conversation, subject)
         ef = max(self.ef_runtime, k)
         how = f"EF_RUNTIME {ef}"
         if not (kinds or conversation or subject):  # a narrower filter: the engine's own choice
@@ -180,13 +157,6 @@ class VectorIndex:
                 how = f"HYBRID_POLICY BATCHES {how}"
         knn = f"=>[KNN {k} @{VECTOR_FIELD} $vec {how} AS {_DIST}]"
         return await self._search(tenant, f"({flt}){knn}", vector, k, fields)
-
-    async def _ft_search(self, tenant: str, tail: Sequence[Any]) -> list[Any]:
-        """``FT.SEARCH <index> *tail`` where ``tenant``'s nodes are: one reply, or on a cluster
-        two while the tenant's slot moves between primaries (the caller merges them)."""
-        if self._nodes is not None:
-            return await self._nodes.search(tenant, tail)
-        return [await self.redis.execute_command("FT.SEARCH", self.name, *tail)]  # type: ignore[no-untyped-call]
 
     async def _size(self, tenant: str) -> tuple[int, int]:
         """The tenant's node count and an upper bound of the index's, reused for
@@ -228,7 +198,7 @@ class VectorIndex:
         words = [escape_term(t) for t in terms if t]
         if not words or k <= 0:
             return []
-        flt = _scope(tenant, kinds, conversation, subject)
+        flt = scope_filter(tenant, kinds, conversation, subject)
         query = f"({flt}) @{LEXICAL_FIELD}:({'|'.join(words)})"
         returned = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
         args: list[Any] = [query, "WITHSCORES", "SCORER", "BM25STD"]
@@ -275,17 +245,6 @@ class VectorIndex:
                     pipe.hget(key, name)
                 return list(await pipe.execute())
 
-    async def _execute(self, tenant: str, tail: list[Any]) -> list[Any]:
-        """``FT.SEARCH`` where ``tenant``'s nodes are (:meth:`_ft_search`) through the store's
-        error boundary: a missing index is an outage, like an unreachable server."""
-        try:
-            with store_errors():  # unreachable or transient: StoreUnavailable
-                return await self._ft_search(tenant, tail)
-        except ResponseError as exc:  # a permanent error: a missing index is an outage too
-            if "no such index" in str(exc).lower():
-                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
-            raise
-
     async def _search(
         self,
         tenant: str,
@@ -325,124 +284,6 @@ class VectorIndex:
                 )
             )
         return hits
-
-    async def scan(
-        self,
-        tenant: str,
-        *,
-        kinds: Sequence[NodeKind],
-        conversation: str | None = None,
-        subject: str | None = None,
-        time_min: float | None = None,
-        time_max: float | None = None,
-        min_exclusive: bool = False,
-        limit: int | None,
-        fields: Sequence[str] = (),
-    ) -> list[tuple[str, NodeKind, dict[str, str]]]:
-        """Nodes of ``tenant`` matching the filters in time order (no vector involved): ``(id,
-        kind, stored fields asked for)``. ``limit=None`` reads every match, a page at a time."""
-        q = f"@{TAG_FIELDS['tenant']}:{{{ids.tag(tenant)}}}"
-        q += " @kind:{" + "|".join(k.value for k in kinds) + "}"
-        if conversation:
-            q += f" @{TAG_FIELDS['conversation']}:{{{ids.tag(conversation)}}}"
-        if subject:
-            q += f" @{TAG_FIELDS['subject']}:{{{ids.tag(subject)}}}"
-        if time_min is not None or time_max is not None:
-            lo = "-inf" if time_min is None else f"{'(' if min_exclusive else ''}{time_min!r}"
-            hi = "+inf" if time_max is None else repr(time_max)
-            q += f" @time:[{lo} {hi}]"
-        returned = ["kind", "time", *(f for f in fields if f not in ("kind", "time"))]
-        out: list[tuple[str, NodeKind, dict[str, str]]] = []
-        page = 1000 if limit is None else limit
-        offset = 0
-        if self._nodes is not None:
-            return await self._scan_cluster(tenant, q, returned, limit)
-        merged = False
-        while True:
-            args: list[Any] = [q, "RETURN", len(returned), *returned]
-            args += ["SORTBY", "time", "ASC", "LIMIT", offset, page, "DIALECT", 2]
-            with store_errors():
-                replies = await self._ft_search(tenant, args)
-            merged = merged or len(replies) > 1
-            full = False
-            for reply in replies:
-                docs = documents(reply)
-                full = full or len(docs) == page
-                for key, row in docs:
-                    kind = row.get("kind", "")
-                    if kind:
-                        out.append((self.keys.id_from_node_key(key), NodeKind(kind), row))
-            if limit is not None or not full:
-                if merged:  # a tenant being moved between primaries: both halves in time order
-                    out.sort(key=lambda r: float(r[2].get("time") or 0))
-                    out = out[:limit] if limit is not None else out
-                return out
-            offset += page
-
-    async def _scan_cluster(
-        self, tenant: str, query: str, returned: list[str], limit: int | None
-    ) -> list[tuple[str, NodeKind, dict[str, str]]]:
-        """:meth:`scan` on a cluster: the Query Engine can neither load nor sort by the fields
-        of documents outside its index name's slot, so every match's key is listed, its fields
-        read from the hashes, and the rows sorted by time here."""
-        keys: list[str] = []
-        offset, page = 0, 1000
-        while True:
-            with store_errors():
-                replies = await self._ft_search(
-                    tenant, [query, "NOCONTENT", "LIMIT", offset, page, "DIALECT", 2]
-                )
-            found = [[as_text(k) for k in reply[1:]] for reply in replies]
-            for batch in found:
-                keys += batch
-            if all(len(batch) < page for batch in found):
-                break
-            offset += page
-        assert self._nodes is not None
-        with store_errors():
-            docs = await self._nodes.load([(k, {}) for k in dict.fromkeys(keys)], returned)
-        rows = [
-            (self.keys.id_from_node_key(key), NodeKind(row["kind"]), row)
-            for key, row in docs
-            if row.get("kind")
-        ]
-        rows.sort(key=lambda r: (float(r[2].get("time") or 0), r[0]))
-        return rows if limit is None else rows[:limit]
-
-    async def latest_time(self, tenant: str, conversation: str | None = None) -> float | None:
-        """The time of ``tenant``'s latest episode (of ``conversation`` when given), or None."""
-        if self._nodes is not None:  # no SORTBY over a cluster index (see _scan_cluster)
-            return await self._latest_time_from_chains(tenant, conversation)
-        flt = _scope(tenant, [NodeKind.EPISODE], conversation, None)
-        args: list[Any] = [str(flt), "RETURN", 1, "time"]
-        args += ["SORTBY", "time", "DESC", "LIMIT", 0, 1, "DIALECT", 2]
-        (reply,) = await self._execute(tenant, args)
-        docs = documents(reply)
-        return float(docs[0][1]["time"]) if docs and docs[0][1].get("time") else None
-
-    async def _latest_time_from_chains(self, tenant: str, conversation: str | None) -> float | None:
-        """:meth:`latest_time` on a cluster, from the conversations' NEXT chains (sorted sets
-        in turn order, on the tenant's primary): the time of each chain's last episode, the
-        latest of them. One round trip per conversation of the scope."""
-        near = self.keys.degrees(tenant)
-        with store_errors():
-            if conversation is not None:
-                chains = [self.keys.chain(tenant, conversation)]
-            else:
-                pattern = self.keys.chain(tenant, "*")
-                chains = [
-                    as_text(k) async for k in cluster.scan_keys(self.redis, pattern, near=near)
-                ]
-            latest: float | None = None
-            for chain in chains:
-                last = await self.redis.zrange(chain, -1, -1)
-                if not last:
-                    continue
-                raw = await self.redis.hget(self.keys.node(tenant, as_text(last[0])), "time")
-                if raw is not None:
-                    t = float(as_text(raw))
-                    latest = t if latest is None else max(latest, t)
-        return latest
 
     async def count(self, tenant: str | None = None) -> dict[str, int]:
         """Indexed nodes by kind (of one tenant, or of all)."""
@@ -484,23 +325,6 @@ class VectorIndex:
                 self._nodes.forget(name)
             return
         await self._index.delete(drop=False)
-
-
-def _scope(
-    tenant: str,
-    kinds: Sequence[NodeKind] | None,
-    conversation: str | None,
-    subject: str | None,
-) -> FilterExpression:
-    """The tenant (always) and scope filter of a search, on the scopes' digests."""
-    flt: FilterExpression = Tag(TAG_FIELDS["tenant"]) == ids.tag(tenant)
-    if kinds:
-        flt = flt & (Tag("kind") == [k_.value for k_ in kinds])
-    if conversation:
-        flt = flt & (Tag(TAG_FIELDS["conversation"]) == ids.tag(conversation))
-    if subject:
-        flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
-    return flt
 
 
 def escape_term(term: str) -> str:
