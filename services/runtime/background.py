@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 
 from gaama.errors import GaamaError
 from gaama.store.errors import is_outage
+from services.runtime.logs import Throttle
 from services.runtime.stall import Stall
 
 log = logging.getLogger("gaama.runtime")
@@ -53,11 +54,8 @@ class Periodic:
         self.stall = stall
         self.tick = tick
         self.failures = failures
-        self.log_every_s = log_every_s
-        self.clock = clock
         self.failing = 0  # consecutive failed ticks
-        self._held_back = 0
-        self._logged_at: float | None = None
+        self._throttle = Throttle(log_every_s, clock)
 
     async def __call__(self) -> bool:
         """Run one tick; True when it succeeded."""
@@ -72,8 +70,8 @@ class Periodic:
             self.stall.ok(self.name)
         if self.failing:
             log.info("%s recovered after %d failed ticks", self.name, self.failing)
-        self.failing = self._held_back = 0
-        self._logged_at = None
+        self.failing = 0
+        self._throttle.reset()
         return True
 
     def _failed(self, exc: Exception) -> None:
@@ -82,14 +80,11 @@ class Periodic:
         if self.stall is not None and reason != "error":  # an outage: waiting, not broken
             self.stall.failed(self.name, reason, exc)
         self.failing += 1
-        now = self.clock()
-        if self._logged_at is not None and now - self._logged_at < self.log_every_s:
-            self._held_back += 1
+        held = self._throttle.due()
+        if held is None:
             return
-        more = f" ({self._held_back} similar failures not logged)" if self._held_back else ""
+        more = f" ({held} similar failures not logged)" if held else ""
         if reason == "error":  # not an outage: the traceback is needed to find the bug
             log.error("%s failed, retrying next tick%s", self.name, more, exc_info=exc)
         else:
             log.warning("%s failed (%s), retrying next tick%s: %s", self.name, reason, more, exc)
-        self._logged_at = now
-        self._held_back = 0

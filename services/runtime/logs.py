@@ -2,6 +2,8 @@
 
 - :class:`OutageLog`: our own outage messages (broker, Redis) — the first failure at once, then
   at most one line per ``every_s`` with the number held back, and one line when it recovers.
+- :class:`Throttle`: when a repeated line may be written, for those two and the background
+  timers (:mod:`services.runtime.background`).
 - :class:`RepeatFilter`: a handler filter for the client libraries (aiokafka, faust, mode) that
   log every reconnect attempt: a warning or error with the same logger and message template
   passes at most once per ``every_s``, with the number held back appended.
@@ -17,6 +19,32 @@ from collections.abc import Callable
 CHATTY = ("aiokafka", "kafka", "faust", "mode")
 
 
+class Throttle:
+    """When a repeated line may be written: the first at once, then at most one per
+    ``every_s``; the lines held back in between are counted."""
+
+    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self._held_back = 0
+        self._logged_at: float | None = None
+
+    def due(self) -> int | None:
+        """None when this line is to be held back; else the number held back before it (the
+        caller writes the line now)."""
+        now = self.clock()
+        if self._logged_at is not None and now - self._logged_at < self.every_s:
+            self._held_back += 1
+            return None
+        held, self._held_back, self._logged_at = self._held_back, 0, now
+        return held
+
+    def reset(self) -> None:
+        """The repeats are over: the next line is written at once."""
+        self._held_back = 0
+        self._logged_at = None
+
+
 class OutageLog:
     """Logs one kind of outage on ``log``: the first failure, then one per ``every_s``."""
 
@@ -29,28 +57,22 @@ class OutageLog:
     ) -> None:
         self.log = log
         self.what = what
-        self.every_s = every_s
-        self.clock = clock
         self.failing = 0
-        self._held_back = 0
-        self._logged_at: float | None = None
+        self._throttle = Throttle(every_s, clock)
 
     def failed(self, error: object) -> None:
         self.failing += 1
-        now = self.clock()
-        if self._logged_at is not None and now - self._logged_at < self.every_s:
-            self._held_back += 1
+        held = self._throttle.due()
+        if held is None:
             return
-        more = f" ({self._held_back} more not logged)" if self._held_back else ""
+        more = f" ({held} more not logged)" if held else ""
         self.log.warning("%s unavailable%s: %s", self.what, more, error)
-        self._logged_at = now
-        self._held_back = 0
 
     def ok(self) -> None:
         if self.failing:
             self.log.info("%s available again after %d failures", self.what, self.failing)
-        self.failing = self._held_back = 0
-        self._logged_at = None
+        self.failing = 0
+        self._throttle.reset()
 
 
 class RepeatFilter(logging.Filter):

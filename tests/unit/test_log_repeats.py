@@ -8,7 +8,7 @@ import logging
 
 from gaama.config import load_settings
 from services.runtime.bootstrap import GracefulWorker
-from services.runtime.logs import RepeatFilter
+from services.runtime.logs import OutageLog, RepeatFilter
 from services.runtime.worker import make_app
 
 
@@ -22,6 +22,26 @@ class Clock:
 
 def record(name: str, msg: str, *args: object, level: int = logging.WARNING) -> logging.LogRecord:
     return logging.LogRecord(name, level, __file__, 1, msg, args, None)
+
+
+def test_an_outage_is_logged_at_once_then_once_per_window_and_when_it_ends(caplog):
+    clock = Clock()
+    outage = OutageLog(logging.getLogger("gaama.test.outage"), "Redis", every_s=30, clock=clock)
+    caplog.set_level(logging.INFO, "gaama.test.outage")
+    outage.failed("refused")
+    clock.now = 10
+    outage.failed("refused")  # within the window: held back
+    outage.failed("refused")
+    clock.now = 45
+    outage.failed("timeout")
+    outage.ok()
+    outage.failed("refused")  # a new outage: at once, nothing held back
+    assert [r.getMessage() for r in caplog.records] == [
+        "Redis unavailable: refused",
+        "Redis unavailable (2 more not logged): timeout",
+        "Redis available again after 4 failures",
+        "Redis unavailable: refused",
+    ]
 
 
 def test_repeats_of_a_chatty_warning_pass_once_per_window_with_the_count():
