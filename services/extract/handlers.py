@@ -7,8 +7,6 @@ Consumes ``gaama.episodes.v1`` (key ``<tenant>/<conversation>``), produces ``gaa
 
 from __future__ import annotations
 
-from collections.abc import Hashable
-
 from gaama.events import (
     TOPIC_FACTS,
     EpisodeStored,
@@ -19,14 +17,8 @@ from gaama.events import (
 )
 from gaama.extract.pipeline import ExtractionPipeline
 from gaama.forgetting import Forgetting
-from services.runtime.lanes import run_lanes
-from services.runtime.records import (
-    BatchResult,
-    Outgoing,
-    Record,
-    decoded,
-    forgetting_not_wired,
-)
+from services.runtime.lanes import handle_in_lanes
+from services.runtime.records import BatchResult, Outgoing, Record
 
 
 def facts_out(events: list[FactsExtracted]) -> list[Outgoing]:
@@ -47,26 +39,23 @@ async def handle(
     side by side, up to ``concurrency`` at once, so that one chunk's LLM call does not hold up
     the others. A forget request waits for the episodes before it, and holds back those after
     it, then travels on to reflect (it takes its episodes out of open chunks)."""
-    result = BatchResult()
-    lanes: dict[Hashable, list[EpisodeStored]] = {}
+    return await handle_in_lanes(
+        batch,
+        validate_episode,
+        pipeline.on_episode,
+        concurrency,
+        done=_facts_done,
+        forgetting=forgetting,
+        forget=_forget,
+    )
 
-    async def run() -> None:
-        for done in await run_lanes(lanes, pipeline.on_episode, concurrency):
-            for events in done:
-                result.out += facts_out(events)
-                for e in events:
-                    result.stored["fact"] += len(e.new_fact_ids)
-        lanes.clear()
 
-    for record, ev in decoded(batch, result, validate_episode):
-        if isinstance(ev, ForgetRequested):
-            await run()
-            if forgetting is None:
-                result.failed.append(forgetting_not_wired(record))
-                continue
-            await forgetting.at_extract(ev)
-            result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))
-            continue
-        lanes.setdefault((ev.tenant, ev.conversation), []).append(ev)
-    await run()
-    return result
+def _facts_done(result: BatchResult, events: list[FactsExtracted]) -> None:
+    result.out += facts_out(events)
+    for e in events:
+        result.stored["fact"] += len(e.new_fact_ids)
+
+
+async def _forget(forgetting: Forgetting, ev: ForgetRequested, result: BatchResult) -> None:
+    await forgetting.at_extract(ev)
+    result.out.append(Outgoing(TOPIC_FACTS, ev.key(), ev, ev.partition))
