@@ -15,6 +15,7 @@ On Redis Cluster the index is one per primary and a tenant's searches go to the 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -31,7 +32,7 @@ from redisvl.query.filter import FilterExpression, Tag
 from gaama import ids
 from gaama.errors import ConfigError, DimensionMismatch, StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store import cluster
+from gaama.store import cluster, fulltext
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
@@ -218,8 +219,9 @@ class VectorIndex:
         subject: str | None = None,
         fields: Sequence[str] = (),
     ) -> list[LexicalHit]:
-        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25, best
-        first), each with the stored ``fields`` asked for and its vector (as float32).
+        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25 on the
+        scope's own statistics, :mod:`gaama.store.fulltext`; best first), each with the stored
+        ``fields`` asked for and its vector (as float32).
 
         The tenant and scope filter is the one :meth:`knn` applies. Every character of a term
         other than a letter or digit is escaped (:func:`escape_term`), so no term is read as
@@ -229,21 +231,28 @@ class VectorIndex:
         if not words or k <= 0:
             return []
         flt = _scope(tenant, kinds, conversation, subject)
-        query = f"({flt}) @{LEXICAL_FIELD}:({'|'.join(words)})"
-        returned = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
-        args: list[Any] = [query, "WITHSCORES", "SCORER", "BM25STD"]
-        args += ["RETURN", len(returned), *returned, "LIMIT", 0, k, "DIALECT", 2]
-        scored = [d for reply in await self._execute(tenant, args) for d in scored_documents(reply)]
-        scored.sort(key=lambda d: -d[2])  # two replies while the tenant's slot moves
-        scored = scored[:k]
+        shown = [f for f in fields if f not in ("kind", VECTOR_FIELD, LEXICAL_FIELD)]
+        returned = ["kind", VECTOR_FIELD, LEXICAL_FIELD, *shown]
+
+        async def run(tails: list[list[Any]]) -> list[list[Any]]:
+            return await self._execute_all(tenant, tails)
+
+        async def texts(rows: list[tuple[str, dict[str, Any], float]]) -> list[str]:
+            if self._nodes is not None:  # fields outside the index name's slot come back empty
+                raw = await self._hashes_field([key for key, _, _ in rows], LEXICAL_FIELD)
+                return [as_text(t or b"") for t in raw]
+            return [as_text(row.get(LEXICAL_FIELD) or b"") for _, row, _ in rows]
+
+        scored = await fulltext.search(run, str(flt), words, k, returned, scored_documents, texts)
+        if LEXICAL_FIELD not in fields:
+            scored = [(key, _without(row, LEXICAL_FIELD), s) for key, row, s in scored]
         if self._nodes is not None:  # fields outside the index name's slot come back empty
-            texts = await self._nodes.load(
-                [(key, {}) for key, _, _ in scored], [returned[0], *returned[2:]]
-            )
+            loaded = [f for f in returned if f != VECTOR_FIELD and (f in fields or f == "kind")]
+            rows = await self._nodes.load([(key, {}) for key, _, _ in scored], loaded)
             raw = await self._hashes_field([key for key, _, _ in scored], VECTOR_FIELD)
             scored = [
                 (key, {"kind": row.get("kind", ""), VECTOR_FIELD: vec, **row}, score)
-                for (key, row), vec, (_, _, score) in zip(texts, raw, scored, strict=True)
+                for (key, row), vec, (_, _, score) in zip(rows, raw, scored, strict=True)
             ]
         hits = []
         for key, row, score in scored:
@@ -274,6 +283,21 @@ class VectorIndex:
                 for key in keys:
                     pipe.hget(key, name)
                 return list(await pipe.execute())
+
+    async def _execute_all(self, tenant: str, tails: list[list[Any]]) -> list[list[Any]]:
+        """:meth:`_execute` of each of ``tails``: on one server in one round trip."""
+        if self._nodes is not None:
+            return list(await asyncio.gather(*(self._execute(tenant, t) for t in tails)))
+        try:
+            with store_errors():
+                async with self.redis.pipeline(transaction=False) as pipe:
+                    for tail in tails:
+                        pipe.execute_command("FT.SEARCH", self.name, *tail)
+                    return [[reply] for reply in await pipe.execute()]
+        except ResponseError as exc:
+            if "no such index" in str(exc).lower():
+                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
+            raise
 
     async def _execute(self, tenant: str, tail: list[Any]) -> list[Any]:
         """``FT.SEARCH`` where ``tenant``'s nodes are (:meth:`_ft_search`) through the store's
@@ -501,6 +525,10 @@ def _scope(
     if subject:
         flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
     return flt
+
+
+def _without(row: dict[str, Any], name: str) -> dict[str, Any]:
+    return {f: v for f, v in row.items() if f != name}
 
 
 def escape_term(term: str) -> str:
