@@ -373,10 +373,5 @@ async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker
     offloaded = await retriever.search("acme", query, params={"ppr_inline_max": 0})
     assert threads[0] == threading.get_ident() and threads[1] != threading.get_ident()
     assert inline.subgraph_nodes == offloaded.subgraph_nodes > 0
-    # The same items with the same scores. Compared to 1e-2: two searches of one query have
-    # differed in the fourth digit of a score in full-suite runs (cause not pinned down; not
-    # where PPR runs), enough to swap a near tie, never more.
-    assert {i.id: pytest.approx(i.score, rel=1e-2) for i in inline.ranked} == {
-        i.id: i.score for i in offloaded.ranked
-    }
-    assert {i.id for i in inline.memory} == {i.id for i in offloaded.memory}
+    assert [(i.id, i.score) for i in inline.ranked] == [(i.id, i.score) for i in offloaded.ranked]
+    assert [i.id for i in inline.memory] == [i.id for i in offloaded.memory]
