@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gaama.store.fulltext import B, K1, bm25, idf, length, scores, total
+from gaama.store.fulltext import B, K1, bm25, idf, length, partial, scores, total
 
 
 def test_idf_falls_with_the_documents_holding_the_term_and_stays_positive() -> None:
@@ -25,6 +25,13 @@ def test_bm25_sums_terms_saturates_frequency_and_normalises_length() -> None:
     short, long_ = bm25({"kiln": {"s": 1.0, "l": 1.0}}, {"s": 2, "l": 6}, {"kiln": 1.0}).values()
     assert short > long_
     assert short == pytest.approx((K1 + 1) / (1 + K1 * (1 - B + B * 2 / 4)))
+
+
+def test_candidates_are_chosen_by_the_sum_over_terms_without_lengths() -> None:
+    got = partial(
+        {"kiln": {"a": 1.0, "b": 1.0}, "clay": {"b": 2.0, "c": 0.0}}, {"kiln": 2.0, "clay": 1.0}
+    )
+    assert got == pytest.approx({"a": 2.0, "b": 2.0 + 1.0 * 2 * (K1 + 1) / (2 + K1)})
 
 
 def test_replies_and_lengths_are_read() -> None:

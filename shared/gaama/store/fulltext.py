@@ -4,22 +4,25 @@ channel").
 The Query Engine's BM25 scorers read index-wide statistics: how many documents hold a term and
 the average document length, over every tenant's nodes. Another tenant's writes would then move
 this tenant's scores — a ranking side channel across tenants, and two searches of one query
-that differ while others write. Here every statistic is the search scope's own:
+that differ while others write. Here every statistic is the search scope's own, and the Query
+Engine is asked only for what one document holds (the ``DISMAX`` scorer with the scope filter
+weighted 0 scores a one-term query by the term's frequency in the document, nothing else):
 
-1. counts, in one round trip: the scope's documents ``N`` and, per term, those holding it
-   ``df`` (the index's own tokenizer and stemming; ``LIMIT 0 0`` reads no document);
-2. candidates: the ``pool`` documents of the scope with the highest ``max_t idf_t · tf_t`` —
-   the ``DISMAX`` scorer reads nothing but the document's term frequencies, each term weighted
-   by its tenant-local idf (ties in the index's insertion order, the tenant's own);
-3. each candidate's frequency of each term (``DISMAX`` of a one-term query restricted to the
-   candidates with ``INKEYS``), in one round trip; a candidate's length is its words.
-
-Then BM25 over the candidates: ``Σ_t idf_t · tf·(K1 + 1) / (tf + K1·(1 − B + B·len/avg))``
-with ``idf_t = ln(1 + (N − df + ½) / (df + ½))`` and ``avg`` the candidates' mean length.
+1. one round trip: the scope's document count ``N`` and, per term, the count ``df`` of the
+   scope's documents holding it (the index's tokenizer and stemming) with the ``PER_TERM`` of
+   them where it is most frequent (ties in the index's order, the tenant's own insertion
+   order) — every one of them when ``df ≤ PER_TERM``, which is every term rare enough to weigh;
+2. each document found scores ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1)`` over the terms it was found
+   with, ``idf_t = ln(1 + (N − df + ½)/(df + ½))``; the ``pool`` best are the candidates;
+3. one round trip: the candidates' texts (a length is a text's words) and their frequency of
+   each term whose list was cut (``INKEYS``);
+4. BM25 over the candidates, ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1·(1 − B + B·len/avg))``,
+   ``avg`` the candidates' mean length.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,14 +34,18 @@ from gaama.store.index_layout import LEXICAL_FIELD
 #: BM25's term-frequency saturation and length normalisation (the usual values).
 K1 = 1.2
 B = 0.75
-#: Candidates scored per result asked for (step 2): a document matching several terms can rank
-#: below documents of the single rarest term there, and above them once every term counts.
-POOL_FACTOR = 3
+#: Documents read per term in step 1: a term held by more is common in the scope (its idf is
+#: at most ln(1 + N / PER_TERM)), and the candidates' frequencies of it are read in step 3.
+PER_TERM = 200
+#: Candidates scored exactly per result asked for.
+POOL_FACTOR = 5
 _WORDS = re.compile(r"[^\W_]+")
 
 #: Runs ``FT.SEARCH`` tails where the tenant's nodes are: one list of replies per tail (two
 #: replies while the tenant's cluster slot moves between primaries).
 Run = Callable[[list[list[Any]]], Awaitable[list[list[Any]]]]
+#: The texts of the given document keys ("" where missing).
+Texts = Callable[[list[str]], Awaitable[list[str]]]
 
 
 def idf(n: int, df: int) -> float:
@@ -67,6 +74,19 @@ def bm25(
     return out
 
 
+def partial(
+    freqs: Mapping[str, Mapping[str, float]], weights: Mapping[str, float]
+) -> dict[str, float]:
+    """Step 2's score of every document of ``freqs``: BM25 without length normalisation."""
+    out: dict[str, float] = {}
+    for term, per_doc in freqs.items():
+        w = weights.get(term, 0.0)
+        for doc, tf in per_doc.items():
+            if tf > 0:
+                out[doc] = out.get(doc, 0.0) + w * tf * (K1 + 1.0) / (tf + K1)
+    return out
+
+
 def length(text: str) -> int:
     """A document's length: its runs of letters and digits."""
     return len(_WORDS.findall(text))
@@ -91,62 +111,51 @@ def scores(reply: Any) -> dict[str, float]:
     return {as_text(reply[i]): float(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
 
 
-def _weighted(words: Sequence[str], weights: Sequence[float]) -> str:
-    alts = [f"{w}=>{{$weight:{x:.6f}}}" for w, x in zip(words, weights, strict=True)]
-    return f"@{LEXICAL_FIELD}:({'|'.join(alts)})"
+async def _none() -> list[list[Any]]:
+    return []
+
+
+def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:
+    tail: list[Any] = [query, "WITHSCORES", "SCORER", "DISMAX", "NOCONTENT"]
+    if keys:
+        tail += ["INKEYS", len(keys), *keys]
+    return [*tail, "LIMIT", 0, limit, "DIALECT", 2]
 
 
 async def search(
-    run: Run,
-    flt: str,
-    words: Sequence[str],
-    k: int,
-    returned: Sequence[str],
-    parse: Callable[[Any], list[tuple[str, dict[str, Any], float]]],
-    load_text: Callable[[list[tuple[str, dict[str, Any], float]]], Awaitable[list[str]]],
-) -> list[tuple[str, dict[str, Any], float]]:
+    run: Run, texts: Texts, flt: str, words: Sequence[str], k: int
+) -> list[tuple[str, float]]:
     """The ``k`` documents of filter ``flt`` best matching any of the escaped ``words`` by
-    tenant-local BM25 (module docstring): (key, ``returned`` fields as read, score), best first,
-    ties by key. ``parse`` reads a reply's (key, fields, score) rows; ``load_text`` gives the
-    rows' texts (from the rows, or from the hashes where the search returns no fields)."""
+    tenant-local BM25 (module docstring): (key, score), best first, ties by key."""
+    # The scope filter matches and scores nothing. It comes after the term: written first, a
+    # filter of several clauses takes the whole query's weight with it (measured on 2.10).
+    scope = f"({flt})=>{{$weight:0}}"
     counted = await run(
         [
             [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2],
-            *([f"({flt}) @{LEXICAL_FIELD}:({w})", "LIMIT", 0, 0, "DIALECT", 2] for w in words),
+            *(_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in words),
         ]
     )
-    n, *dfs = [sum(total(r) for r in replies) for replies in counted]
-    present = [(w, idf(n, df)) for w, df in zip(words, dfs, strict=True) if df > 0]
-    if not present:
+    n = sum(total(r) for r in counted[0])
+    weights: dict[str, float] = {}
+    freqs: dict[str, dict[str, float]] = {}
+    cut = []
+    for w, replies in zip(words, counted[1:], strict=True):
+        df = sum(total(r) for r in replies)
+        if df == 0 or w in weights:
+            continue
+        weights[w] = idf(n, df)
+        freqs[w] = {key: tf for r in replies for key, tf in scores(r).items()}
+        if df > len(freqs[w]):
+            cut.append(w)
+    first = partial(freqs, weights)
+    pool = sorted(first, key=lambda d: (-first[d], d))[: max(k, 1) * POOL_FACTOR]
+    if not pool:
         return []
-    weights = dict(present)
-    pool = max(k, 1) * POOL_FACTOR
-    query = f"({flt}) {_weighted(list(weights), list(weights.values()))}"
-    tail: list[Any] = [query, "WITHSCORES", "SCORER", "DISMAX"]
-    tail += ["RETURN", len(returned), *returned, "LIMIT", 0, pool, "DIALECT", 2]
-    (replies,) = await run([tail])
-    rows: dict[str, tuple[str, dict[str, Any], float]] = {}
-    for reply in replies:
-        for row in parse(reply):
-            rows.setdefault(row[0], row)
-    # Two replies while the slot moves: the pool best of both, as one index would give them.
-    found = sorted(rows.values(), key=lambda r: (-r[2], r[0]))[:pool]
-    if not found:
-        return []
-    keys = [key for key, _, _ in found]
-    per_term = await run(
-        [
-            [f"@{LEXICAL_FIELD}:({w})", "WITHSCORES", "SCORER", "DISMAX", "NOCONTENT"]
-            + ["INKEYS", len(keys), *keys, "LIMIT", 0, len(keys), "DIALECT", 2]
-            for w in weights
-        ]
-    )
-    freqs = {
-        w: {key: tf for reply in replies for key, tf in scores(reply).items()}
-        for w, replies in zip(weights, per_term, strict=True)
-    }
-    lengths = {key: length(text) for key, text in zip(keys, await load_text(found), strict=True)}
+    exact = [_frequencies(f"@{LEXICAL_FIELD}:({w})", len(pool), pool) for w in cut]
+    read, more = await asyncio.gather(texts(pool), run(exact) if exact else _none())
+    for w, replies in zip(cut, more, strict=True):
+        freqs[w] = {key: tf for r in replies for key, tf in scores(r).items()}
+    lengths = {key: length(text) for key, text in zip(pool, read, strict=True)}
     ranked = bm25(freqs, lengths, weights)
-    out = [(key, row, ranked[key]) for key, row, _ in found]
-    out.sort(key=lambda r: (-r[2], r[0]))
-    return out[:k]
+    return sorted(ranked.items(), key=lambda r: (-r[1], r[0]))[:k]

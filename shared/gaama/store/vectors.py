@@ -231,29 +231,20 @@ class VectorIndex:
         if not words or k <= 0:
             return []
         flt = _scope(tenant, kinds, conversation, subject)
-        shown = [f for f in fields if f not in ("kind", VECTOR_FIELD, LEXICAL_FIELD)]
-        returned = ["kind", VECTOR_FIELD, LEXICAL_FIELD, *shown]
 
         async def run(tails: list[list[Any]]) -> list[list[Any]]:
             return await self._execute_all(tenant, tails)
 
-        async def texts(rows: list[tuple[str, dict[str, Any], float]]) -> list[str]:
-            if self._nodes is not None:  # fields outside the index name's slot come back empty
-                raw = await self._hashes_field([key for key, _, _ in rows], LEXICAL_FIELD)
-                return [as_text(t or b"") for t in raw]
-            return [as_text(row.get(LEXICAL_FIELD) or b"") for _, row, _ in rows]
+        async def texts(keys: list[str]) -> list[str]:
+            return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
 
-        scored = await fulltext.search(run, str(flt), words, k, returned, scored_documents, texts)
-        if LEXICAL_FIELD not in fields:
-            scored = [(key, _without(row, LEXICAL_FIELD), s) for key, row, s in scored]
-        if self._nodes is not None:  # fields outside the index name's slot come back empty
-            loaded = [f for f in returned if f != VECTOR_FIELD and (f in fields or f == "kind")]
-            rows = await self._nodes.load([(key, {}) for key, _, _ in scored], loaded)
-            raw = await self._hashes_field([key for key, _, _ in scored], VECTOR_FIELD)
-            scored = [
-                (key, {"kind": row.get("kind", ""), VECTOR_FIELD: vec, **row}, score)
-                for (key, row), vec, (_, _, score) in zip(rows, raw, scored, strict=True)
-            ]
+        best = await fulltext.search(run, texts, str(flt), words, k)
+        names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
+        rows = await self._hashes_fields([key for key, _ in best], names)
+        scored = [
+            (key, {f: v for f, v in zip(names, row, strict=True) if v is not None}, score)
+            for (key, score), row in zip(best, rows, strict=True)
+        ]
         hits = []
         for key, row, score in scored:
             kind = as_text(row.pop("kind", b""))
@@ -273,6 +264,16 @@ class VectorIndex:
                 )
             )
         return hits
+
+    async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
+        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        if not keys:
+            return []
+        with store_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, list(names))
+                return list(await pipe.execute())
 
     async def _hashes_field(self, keys: Sequence[str], name: str) -> list[Any]:
         """Field ``name`` of each hash in ``keys`` (raw bytes, None where missing)."""
@@ -525,10 +526,6 @@ def _scope(
     if subject:
         flt = flt & (Tag(TAG_FIELDS["subject"]) == ids.tag(subject))
     return flt
-
-
-def _without(row: dict[str, Any], name: str) -> dict[str, Any]:
-    return {f: v for f, v in row.items() if f != name}
 
 
 def escape_term(term: str) -> str:
