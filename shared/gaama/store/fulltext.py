@@ -126,7 +126,9 @@ async def search(
     run: Run, texts: Texts, flt: str, words: Sequence[str], k: int
 ) -> list[tuple[str, float]]:
     """The ``k`` documents of filter ``flt`` best matching any of the escaped ``words`` by
-    tenant-local BM25 (module docstring): (key, score), best first, ties by key."""
+    tenant-local BM25 (module docstring): (key, score), best first, ties by key. A score is the
+    BM25 over that of a document of mean length holding each of ``words`` once (about 1 for a
+    document matching every word, less for one matching only common ones)."""
     # The scope filter matches and scores nothing. It comes after the term: written first, a
     # filter of several clauses takes the whole query's weight with it (measured on 2.10).
     scope = f"({flt})=>{{$weight:0}}"
@@ -158,4 +160,8 @@ async def search(
         freqs[w] = {key: tf for r in replies for key, tf in scores(r).items()}
     lengths = {key: length(text) for key, text in zip(pool, read, strict=True)}
     ranked = bm25(freqs, lengths, weights)
-    return sorted(ranked.items(), key=lambda r: (-r[1], r[0]))[:k]
+    # Over the BM25 of a document of mean length holding every query term once: the share of
+    # the query's term weight a document matches (a term the scope lacks weighs the most).
+    ideal = sum(idf(n, 0) if w not in weights else weights[w] for w in dict.fromkeys(words))
+    out = sorted(ranked.items(), key=lambda r: (-r[1], r[0]))[:k]
+    return [(key, score / ideal) for key, score in out]

@@ -62,7 +62,7 @@ class Hit:
 class LexicalHit:
     id: str
     kind: NodeKind
-    score: float  # BM25 score of the full-text match (higher is better; unbounded)
+    score: float  # BM25 of the match over a full match's (store/fulltext.py); about 0-2
     fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
     vector: np.ndarray | None = None  # the stored vector as float32, when the node has one
 
