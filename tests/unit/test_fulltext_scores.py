@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gaama.store.fulltext import B, K1, bm25, idf, length, partial, scores, total
+from gaama.store.fulltext import K1, B, bm25, idf, length, partial, scores, total
 
 
 def test_idf_falls_with_the_documents_holding_the_term_and_stays_positive() -> None:

@@ -43,7 +43,6 @@ from gaama.store.index_layout import (
     has_text_field,
     hybrid_policy,
     index_schema,
-    scored_documents,
     vector_attribute,
 )
 from gaama.store.keys import Keys
