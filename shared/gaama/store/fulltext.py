@@ -15,21 +15,20 @@ weighted 0 scores a one-term query by the term's frequency in the document, noth
 2. each document found scores ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1)`` over the terms it was found
    with, ``idf_t = ln(1 + (N − df + ½)/(df + ½))``; the ``pool`` best are the candidates;
 3. one round trip: the candidates' texts (a length is a text's words) and their frequency of
-   each term whose list was cut (``INKEYS``);
+   each term whose list was cut (both restricted to the candidates with ``INKEYS``);
 4. BM25 over the candidates, ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1·(1 − B + B·len/avg))``,
    ``avg`` the candidates' mean length.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from gaama.store.codecs import as_text
-from gaama.store.index_layout import LEXICAL_FIELD
+from gaama.store.index_layout import LEXICAL_FIELD, documents
 
 #: BM25's term-frequency saturation and length normalisation (the usual values).
 K1 = 1.2
@@ -111,8 +110,16 @@ def scores(reply: Any) -> dict[str, float]:
     return {as_text(reply[i]): float(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
 
 
-async def _none() -> list[list[Any]]:
-    return []
+def _texts(reply: Any) -> list[tuple[str, str]]:
+    """(key, text) of an ``FT.SEARCH ... RETURN 1 text`` reply ("" for a row without it)."""
+    if isinstance(reply, dict):
+        return [(key, row.get(LEXICAL_FIELD, "")) for key, row in documents(reply)]
+    out = []
+    for i in range(1, len(reply) - 1, 2):
+        flat = reply[i + 1] or []  # None on a cluster, outside the index name's slot
+        row = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
+        out.append((as_text(reply[i]), as_text(row.get(LEXICAL_FIELD, b""))))
+    return out
 
 
 def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:
@@ -154,11 +161,22 @@ async def search(
     pool = sorted(first, key=lambda d: (-first[d], d))[: max(k, 1) * POOL_FACTOR]
     if not pool:
         return []
-    exact = [_frequencies(f"@{LEXICAL_FIELD}:({w})", len(pool), pool) for w in cut]
-    read, more = await asyncio.gather(texts(pool), run(exact) if exact else _none())
-    for w, replies in zip(cut, more, strict=True):
-        freqs[w] = {key: tf for r in replies for key, tf in scores(r).items()}
-    lengths = {key: length(text) for key, text in zip(pool, read, strict=True)}
+    # The candidates' texts ride along: read by the Query Engine, or (on a cluster, where rows
+    # outside the index name's slot come back empty) from the hashes.
+    shown = ["*", "INKEYS", len(pool), *pool, "RETURN", 1, LEXICAL_FIELD]
+    replies = await run(
+        [
+            [*shown, "LIMIT", 0, len(pool), "DIALECT", 2],
+            *(_frequencies(f"@{LEXICAL_FIELD}:({w})", len(pool), pool) for w in cut),
+        ]
+    )
+    for w, more in zip(cut, replies[1:], strict=True):
+        freqs[w] = {key: tf for r in more for key, tf in scores(r).items()}
+    read = {key: text for r in replies[0] for key, text in _texts(r)}
+    missing = [key for key in pool if not read.get(key)]
+    if missing:
+        read.update(zip(missing, await texts(missing), strict=True))
+    lengths = {key: length(read.get(key, "")) for key in pool}
     ranked = bm25(freqs, lengths, weights)
     # Over the BM25 of a document of mean length holding every query term once: the share of
     # the query's term weight a document matches (a term the scope lacks weighs the most).
