@@ -144,11 +144,12 @@ class RetrievalSettings(BaseModel):
     # "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
-    # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off)
-    # and how many full-text matches it reads.
-    w_lex: float = Field(0.125, ge=0.0, le=10.0)
+    # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off),
+    # how many full-text matches it reads, and how the two channels are fused (``cover``: the
+    # share of the query's term weight a node matches, unscaled).
+    w_lex: float = Field(0.3, ge=0.0, le=10.0)
     lexical_k: int = Field(20, ge=0, le=2000)
-    fusion: Literal["score", "rrf"] = "score"
+    fusion: Literal["score", "rrf", "cover"] = "cover"
     # Time-aware queries (docs/architecture.md, "Time-aware queries"): what a candidate in a
     # period the query names gains on its score (0 turns the prior off).
     w_time: float = Field(0.2, ge=0.0, le=10.0)

@@ -118,6 +118,38 @@ async def test_tenants_are_kept_apart_on_the_lexical_path(
             assert {i.id for i in res.ranked + res.memory} <= set(own), (tenant, mode)
 
 
+async def test_lexical_scores_depend_on_the_tenants_own_data_only(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    """Another tenant's documents change neither which of this tenant's nodes match best nor
+    by how much: no index-wide statistic (document frequency, mean length) enters a score."""
+    mine = [
+        "Zoltan plays the theremin at night.",
+        "Zoltan repairs vintage radios on weekends.",
+        "The theremin needs no touch to play.",
+        "Mona bakes bread with Zoltan every Sunday morning before the market opens.",
+    ]
+    await _facts(graph, embedder, "t1", mine)
+    await _indexed(index, "t1", len(mine))
+    terms = ["zoltan", "theremin", "radios", "bread"]
+
+    async def scores() -> list[tuple[str, float]]:
+        return [(h.id, h.score) for h in await index.lexical("t1", terms, 10)]
+
+    before = await scores()
+    assert len(before) == len(mine)
+    # Another tenant writes many long documents holding the same words, and more of one word
+    # than of another: index-wide frequencies and the mean length both move.
+    theirs = [
+        f"Zoltan {'theremin ' * (i % 3)}and friends talk at length about radios number {i}, "
+        "then about nothing in particular for a very long while, and then again about radios."
+        for i in range(120)
+    ]
+    await _facts(graph, embedder, "t2", theirs)
+    await _indexed(index, "t2", len(theirs))
+    assert await scores() == before
+
+
 async def test_a_query_of_only_special_characters_is_answered(
     settings: Settings, graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
 ) -> None:

@@ -186,7 +186,13 @@ async def test_gaama_mode_ranks_packs_and_explains(
     b = await build_memory(graph, embedder, "acme")
     res = await retriever.search("acme", "What did Caroline make in her pottery class?")
     assert res.mode == "gaama"
-    assert res.ranked[0].id == b.facts[1]  # "made a blue bowl"
+    # "made a blue bowl" answers it; "attends a pottery class" holds as many of its words in
+    # fewer, so the lexical channel brings it level (without it the answer leads alone).
+    assert b.facts[1] in [i.id for i in res.ranked[:2]]
+    plain = await retriever.search(
+        "acme", "What did Caroline make in her pottery class?", params={"w_lex": 0}
+    )
+    assert plain.ranked[0].id == b.facts[1]
     assert all(i.kind is not NodeKind.CONCEPT for i in res.ranked + res.memory)
     assert res.subgraph_nodes > 0 and res.ppr_iterations > 0
     assert set(res.timings_ms) == {"embed", "knn", "expand", "ppr", "pack"}
@@ -373,10 +379,5 @@ async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker
     offloaded = await retriever.search("acme", query, params={"ppr_inline_max": 0})
     assert threads[0] == threading.get_ident() and threads[1] != threading.get_ident()
     assert inline.subgraph_nodes == offloaded.subgraph_nodes > 0
-    # The same items with the same scores. Compared to 1e-2: two searches of one query have
-    # differed in the fourth digit of a score in full-suite runs (cause not pinned down; not
-    # where PPR runs), enough to swap a near tie, never more.
-    assert {i.id: pytest.approx(i.score, rel=1e-2) for i in inline.ranked} == {
-        i.id: i.score for i in offloaded.ranked
-    }
-    assert {i.id for i in inline.memory} == {i.id for i in offloaded.memory}
+    assert [(i.id, i.score) for i in inline.ranked] == [(i.id, i.score) for i in offloaded.ranked]
+    assert [i.id for i in inline.memory] == [i.id for i in offloaded.memory]

@@ -30,3 +30,12 @@ def test_rrf_keeps_only_the_orders() -> None:
     assert out["b"] == pytest.approx(1 / (RRF_K + 2) + 1 / (RRF_K + 2))
     # Scaling a channel's scores changes nothing under rrf.
     assert fuse(SIMS, {n: v * 100 for n, v in LEX.items()}, 1.0, "rrf") == out
+
+
+def test_cover_fusion_adds_the_match_as_the_store_scores_it() -> None:
+    # Full-text scores as shares of the query's term weight: a weak best match stays weak.
+    out = fuse(SIMS, {"c": 0.3, "b": 0.1}, 0.5, "cover")
+    assert out["c"] == pytest.approx(0.5 + 0.5 * 0.3)
+    assert out["b"] == pytest.approx(0.75 + 0.5 * 0.1)
+    assert out["a"] == pytest.approx(1.0)
+    assert fuse(SIMS, {"c": 0.3}, 0.5, "score")["c"] == pytest.approx(1.0)

@@ -10,7 +10,11 @@ in the score. Two fusions are offered (the ``fusion`` retrieval setting):
   full-text match lifts a node as much as a strong semantic one, and how much stronger one match
   is than another is kept;
 - ``rrf`` (reciprocal rank): ``1 / (RRF_K + rank_sim) + w_lex / (RRF_K + rank_bm25)``, which
-  keeps only each channel's order.
+  keeps only each channel's order;
+- ``cover``: ``sim / max(sim) + w_lex · bm25``, the full-text score as the store gives it — the
+  share of the query's term weight the node matches (:mod:`gaama.store.fulltext`), not scaled to
+  the best match: a node matching only the query's common words (a speaker's name) gains little
+  even when nothing matches better.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from typing import Literal
 
 from gaama.extract.vocabulary import FUNCTION_WORDS, words_of
 
-Fusion = Literal["score", "rrf"]
+Fusion = Literal["score", "rrf", "cover"]
 #: The usual reciprocal-rank constant: a rank's weight falls slowly over the first tens.
 RRF_K = 60
 #: Most query words sent to the full-text search (a long query keeps its first ones).
@@ -78,7 +82,9 @@ def fuse(
             for n in sims
         }
     top_sim = max((max(v, 0.0) for v in sims.values()), default=0.0) or 1.0
-    top_lex = max((v for v in lex.values() if v > 0), default=0.0) or 1.0
+    top_lex = (
+        1.0 if fusion == "cover" else max((v for v in lex.values() if v > 0), default=0.0) or 1.0
+    )
     return {
         n: max(s, 0.0) / top_sim + w_lex * max(lex.get(n, 0.0), 0.0) / top_lex
         for n, s in sims.items()

@@ -202,24 +202,6 @@ def check_info(info: Any, name: str, dim: int) -> None:
         )
 
 
-def scored_documents(reply: Any) -> list[tuple[str, dict[str, Any], float]]:
-    """(key, raw fields, score) of each document of an FT.SEARCH ... WITHSCORES reply, in
-    either protocol (RESP2: ``[total, key, score, [field, value, ...], ...]``)."""
-    out = []
-    if isinstance(reply, dict):
-        for row in reply.get(b"results") or reply.get("results") or []:
-            row = {as_text(k): v for k, v in row.items()}
-            attrs = row.get("extra_attributes") or {}
-            fields = {as_text(k): v for k, v in attrs.items()}
-            out.append((as_text(row["id"]), fields, float(row.get("score") or 0.0)))
-        return out
-    for i in range(1, len(reply) - 2, 3):
-        flat = reply[i + 2] or []  # None on a cluster, outside the index name's slot
-        fields = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
-        out.append((as_text(reply[i]), fields, float(reply[i + 1])))
-    return out
-
-
 def documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
     """(key, fields) of each document of an FT.SEARCH reply, in either protocol: RESP3 gives a
     map, RESP2 ``[total, key, [field, value, ...], ...]``."""

@@ -10,7 +10,9 @@ nodes in time order (:meth:`IndexReads.scan`) and a scope's latest episode time
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -46,13 +48,18 @@ class IndexReads:
     async def _execute(self, tenant: str, tail: list[Any]) -> list[Any]:
         """``FT.SEARCH`` where ``tenant``'s nodes are (:meth:`_ft_search`) through the store's
         error boundary: a missing index is an outage, like an unreachable server."""
-        try:
-            with store_errors():  # unreachable or transient: StoreUnavailable
-                return await self._ft_search(tenant, tail)
-        except ResponseError as exc:  # a permanent error: a missing index is an outage too
-            if "no such index" in str(exc).lower():
-                raise StoreUnavailable(f"vector index {self.name!r} missing: {exc}") from exc
-            raise
+        with _search_errors(self.name):
+            return await self._ft_search(tenant, tail)
+
+    async def _execute_all(self, tenant: str, tails: list[list[Any]]) -> list[list[Any]]:
+        """:meth:`_execute` of each of ``tails``: on one server in one round trip."""
+        if self._nodes is not None:
+            return list(await asyncio.gather(*(self._execute(tenant, t) for t in tails)))
+        with _search_errors(self.name):
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for tail in tails:
+                    pipe.execute_command("FT.SEARCH", self.name, *tail)
+                return [[reply] for reply in await pipe.execute()]
 
     async def scan(
         self,
@@ -171,3 +178,16 @@ class IndexReads:
                     t = float(as_text(raw))
                     latest = t if latest is None else max(latest, t)
         return latest
+
+
+@contextmanager
+def _search_errors(index: str) -> Iterator[None]:
+    """The store's error boundary for ``FT.SEARCH``: unreachable or transient is
+    StoreUnavailable, and so is a missing index (a permanent error otherwise)."""
+    try:
+        with store_errors():
+            yield
+    except ResponseError as exc:
+        if "no such index" in str(exc).lower():
+            raise StoreUnavailable(f"vector index {index!r} missing: {exc}") from exc
+        raise

@@ -35,7 +35,7 @@ from redisvl.index import AsyncSearchIndex
 from gaama import ids
 from gaama.errors import StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store import cluster
+from gaama.store import cluster, fulltext
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
@@ -45,7 +45,6 @@ from gaama.store.index_layout import (
     hybrid_policy,
     index_schema,
     scope_filter,
-    scored_documents,
 )
 from gaama.store.index_reads import IndexReads
 from gaama.store.keys import Keys
@@ -64,7 +63,7 @@ class Hit:
 class LexicalHit:
     id: str
     kind: NodeKind
-    score: float  # BM25 score of the full-text match (higher is better; unbounded)
+    score: float  # BM25 of the match over a full match's (store/fulltext.py); about 0-2
     fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
     vector: np.ndarray | None = None  # the stored vector as float32, when the node has one
 
@@ -188,8 +187,9 @@ class VectorIndex(IndexReads):
         subject: str | None = None,
         fields: Sequence[str] = (),
     ) -> list[LexicalHit]:
-        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25, best
-        first), each with the stored ``fields`` asked for and its vector (as float32).
+        """The ``k`` nodes of ``tenant`` whose text best matches any of ``terms`` (BM25 on the
+        scope's own statistics, :mod:`gaama.store.fulltext`; best first), each with the stored
+        ``fields`` asked for and its vector (as float32).
 
         The tenant and scope filter is the one :meth:`knn` applies. Every character of a term
         other than a letter or digit is escaped (:func:`escape_term`), so no term is read as
@@ -199,22 +199,20 @@ class VectorIndex(IndexReads):
         if not words or k <= 0:
             return []
         flt = scope_filter(tenant, kinds, conversation, subject)
-        query = f"({flt}) @{LEXICAL_FIELD}:({'|'.join(words)})"
-        returned = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
-        args: list[Any] = [query, "WITHSCORES", "SCORER", "BM25STD"]
-        args += ["RETURN", len(returned), *returned, "LIMIT", 0, k, "DIALECT", 2]
-        scored = [d for reply in await self._execute(tenant, args) for d in scored_documents(reply)]
-        scored.sort(key=lambda d: -d[2])  # two replies while the tenant's slot moves
-        scored = scored[:k]
-        if self._nodes is not None:  # fields outside the index name's slot come back empty
-            texts = await self._nodes.load(
-                [(key, {}) for key, _, _ in scored], [returned[0], *returned[2:]]
-            )
-            raw = await self._hashes_field([key for key, _, _ in scored], VECTOR_FIELD)
-            scored = [
-                (key, {"kind": row.get("kind", ""), VECTOR_FIELD: vec, **row}, score)
-                for (key, row), vec, (_, _, score) in zip(texts, raw, scored, strict=True)
-            ]
+
+        async def run(tails: list[list[Any]]) -> list[list[Any]]:
+            return await self._execute_all(tenant, tails)
+
+        async def texts(keys: list[str]) -> list[str]:
+            return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
+
+        best = await fulltext.search(run, texts, str(flt), words, k)
+        names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
+        rows = await self._hashes_fields([key for key, _ in best], names)
+        scored = [
+            (key, {f: v for f, v in zip(names, row, strict=True) if v is not None}, score)
+            for (key, score), row in zip(best, rows, strict=True)
+        ]
         hits = []
         for key, row, score in scored:
             kind = as_text(row.pop("kind", b""))
@@ -234,6 +232,16 @@ class VectorIndex(IndexReads):
                 )
             )
         return hits
+
+    async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
+        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        if not keys:
+            return []
+        with store_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, list(names))
+                return list(await pipe.execute())
 
     async def _hashes_field(self, keys: Sequence[str], name: str) -> list[Any]:
         """Field ``name`` of each hash in ``keys`` (raw bytes, None where missing)."""
