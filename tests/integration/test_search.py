@@ -367,13 +367,13 @@ async def test_a_bounded_walk_runs_in_the_request_thread_a_large_one_in_a_worker
 
     await build_memory(graph, embedder, "acme")
     threads: list[int] = []
-    real = search._run_ppr
+    real = search.run_ppr
 
     def spy(*args: object) -> object:
         threads.append(threading.get_ident())
         return real(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(search, "_run_ppr", spy)
+    monkeypatch.setattr(search, "run_ppr", spy)
     query = "What did Caroline make in her pottery class?"
     inline = await retriever.search("acme", query)
     offloaded = await retriever.search("acme", query, params={"ppr_inline_max": 0})

@@ -50,104 +50,65 @@ choices the paper leaves open, made here:
 from __future__ import annotations
 
 import asyncio
-import math
 import time
-from collections.abc import Container, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Literal
 
 import numpy as np
-from pydantic import ValidationError as PydanticValidationError
 
 from gaama.config import RetrievalSettings, Settings
 from gaama.embed import Embedder
-from gaama.errors import ValidationError
 from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
+from gaama.retrieval.candidates import (
+    join_matches,
+    ppr_size,
+    read_ahead_order,
+    run_ppr,
+    show,
+    time_prior,
+)
 from gaama.retrieval.lexical import fuse, query_terms
-from gaama.retrieval.pack import (
-    RETURNED_KINDS,
-    Caps,
-    Item,
-    Provenance,
-    distinct_turns,
-    pack,
-    render_memory,
-)
+from gaama.retrieval.pack import Caps, Provenance, distinct_turns, pack
 from gaama.retrieval.pack import total_words as count_words
-from gaama.retrieval.ppr import (
-    PPRResult,
-    personalized_pagerank,
-    symmetric_adjacency,
+from gaama.retrieval.request import (
+    BUDGET_MAX,
+    BUDGET_MIN,
+    K_MAX,
+    MODES,
+    Mode,
+    SearchResult,
+    check_request,
+    pool_size,
+    resolve_params,
 )
-from gaama.retrieval.scoring import cosine, node_kind, score_candidates
-from gaama.retrieval.timeq import Period, in_periods, query_periods
+from gaama.retrieval.scoring import cosine, score_candidates
+from gaama.retrieval.timeq import query_periods
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion
-from gaama.store.vectors import LexicalHit, VectorIndex
+from gaama.store.vectors import VectorIndex
 
-Mode = Literal["gaama", "semantic", "ppr"]
+# The request's bounds and result types are defined in gaama.retrieval.request; callers import
+# them from here, with the Retriever.
+__all__ = [
+    "BUDGET_MAX",
+    "BUDGET_MIN",
+    "K_MAX",
+    "LEXICAL_KINDS",
+    "MODES",
+    "Mode",
+    "Retriever",
+    "SearchResult",
+    "pool_size",
+    "read_ahead_order",
+    "resolve_params",
+]
+
 # Stored fields read with each candidate: what an item shows, and a fact's source episodes.
 _SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources")
-MODES: tuple[Mode, ...] = ("gaama", "semantic", "ppr")
-K_MAX = 200
-BUDGET_MIN, BUDGET_MAX = 10, 20000
-WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
 # would count their words twice.
 LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)
-
-
-@dataclass(slots=True)
-class SearchResult:
-    """What one search returns: packed memory, top-k ranking and how it was computed."""
-
-    mode: Mode
-    memory: list[Item]
-    ranked: list[Item]
-    words: int
-    timings_ms: dict[str, float]
-    subgraph_nodes: int
-    ppr_iterations: int
-    params: RetrievalSettings  # the effective parameters, overrides applied
-
-    @property
-    def memory_text(self) -> str:
-        return render_memory(self.memory)
-
-
-def pool_size(k: int, params: RetrievalSettings) -> int:
-    """KNN pool: ``max(2·k, pool_min, ⌈budget_words / WORDS_PER_ITEM⌉)`` (see module docstring)."""
-    return max(2 * k, params.pool_min, math.ceil(params.budget_words / WORDS_PER_ITEM))
-
-
-def resolve_params(
-    base: RetrievalSettings, overrides: Mapping[str, object] | None, budget: int | None = None
-) -> RetrievalSettings:
-    """Settings with per-request overrides applied, validated within the settings' bounds.
-
-    Raises:
-        ValidationError: an unknown parameter or a value out of bounds (the message names it).
-    """
-    merged: dict[str, object] = base.model_dump()
-    if overrides:
-        unknown = sorted(set(overrides) - set(RetrievalSettings.model_fields))
-        if unknown:
-            raise ValidationError(
-                f"unknown retrieval parameter(s) {', '.join(unknown)}; allowed: "
-                f"{', '.join(RetrievalSettings.model_fields)}"
-            )
-        merged.update(overrides)
-    if budget is not None:
-        if not BUDGET_MIN <= budget <= BUDGET_MAX:
-            raise ValidationError(f"budget must be within {BUDGET_MIN}..{BUDGET_MAX} words")
-        merged["budget_words"] = budget
-    try:
-        return RetrievalSettings.model_validate(merged)
-    except PydanticValidationError as exc:
-        msgs = [f"params.{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()]
-        raise ValidationError("; ".join(msgs)) from None
 
 
 class Retriever:
@@ -206,12 +167,7 @@ class Retriever:
         Raises:
             ValidationError: bad mode, k, budget, query or parameter.
         """
-        if mode not in MODES:
-            raise ValidationError(f"mode must be one of {', '.join(MODES)}")
-        if not 1 <= k <= K_MAX:
-            raise ValidationError(f"k must be within 1..{K_MAX}")
-        if not query.strip():
-            raise ValidationError("query must not be empty")
+        check_request(mode, k, query)
         p = resolve_params(self.settings.retrieval, params, budget)
         w_ppr = 0.0 if mode == "semantic" else p.w_ppr
         w_sim = 0.0 if mode == "ppr" else p.w_sim
@@ -262,7 +218,7 @@ class Retriever:
         sims = {h.id: h.similarity for h in hits}
         shown = {h.id: h.fields for h in hits}
         lex = {m.id: m.score for m in matches}
-        _join_matches(sims, shown, matches, qvec)
+        join_matches(sims, shown, matches, qvec)
         scores: dict[str, float] = {}
         sub: Expansion | None = None
         iterations = 0
@@ -294,12 +250,12 @@ class Retriever:
                     fields=_SHOWN,
                     dim=dim,
                     limit=limit,
-                    work=lambda: _run_ppr(sub, restart, p),
+                    work=lambda: run_ppr(sub, restart, p),
                 )
             else:  # a large walk: off the event loop, in a worker thread
                 (shown_ahead, ahead_vectors), result = await asyncio.gather(
                     self.graph.read_vectors(tenant, outside, fields=_SHOWN, dim=dim, limit=limit),
-                    asyncio.to_thread(_run_ppr, sub, restart, p),
+                    asyncio.to_thread(run_ppr, sub, restart, p),
                 )
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
@@ -314,10 +270,10 @@ class Retriever:
         caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
         # Similarity fused with the full-text match over every candidate (expanded ones too).
         relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
-        prior = _time_prior(periods, relevance, shown, p.w_time) if periods else None
+        prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
-            _show(item, shown.get(item.id, {}))
+            show(item, shown.get(item.id, {}))
         items = [i for i in items if i.text]  # a node deleted since it was read has none
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
@@ -377,81 +333,5 @@ class Retriever:
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
 
 
-def ppr_size(sub: Expansion) -> int:
-    """The walk's size: subgraph nodes plus stored (directed) adjacency entries."""
-    return len(sub.nodes) + 2 * len(sub.edges)
-
-
-def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:
-    """The expanded nodes the read-ahead may read, in admission order: ``nodes`` past the first
-    ``n_seeds`` (the seeds) that are of a returned kind and not in the KNN ``pool``."""
-    return [n for n in nodes[n_seeds:] if n not in pool and node_kind(n) in RETURNED_KINDS]
-
-
-def _run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
-    return personalized_pagerank(
-        symmetric_adjacency(len(sub.nodes), sub.edges, unique=True),
-        restart,
-        alpha=p.alpha,
-        max_iter=p.max_iter,
-        tol=p.tol,
-        degrees=sub.degrees,
-        hub_degree=p.hub_degree,
-        hub_dampening=p.hub_dampening,
-    )
-
-
 async def _none() -> None:
     return None
-
-
-def _time_prior(
-    periods: list[Period],
-    candidates: Iterable[str],
-    shown: Mapping[str, Mapping[str, str]],
-    w_time: float,
-) -> dict[str, float]:
-    """``w_time`` for each candidate whose time, or a date its text names, is in ``periods``."""
-    out = {}
-    for node in candidates:
-        fields = shown.get(node, {})
-        t = fields.get("time")
-        if in_periods(periods, float(t) if t else None, fields.get("text", "")):
-            out[node] = w_time
-    return out
-
-
-def _join_matches(
-    sims: dict[str, float],
-    shown: dict[str, dict[str, str]],
-    matches: Sequence[LexicalHit],
-    qvec: np.ndarray,
-) -> None:
-    """Full-text matches outside the KNN pool join the candidates, with the cosine similarity of
-    their int8 vector copy (0 without one: only their text match speaks for them)."""
-    new = [m for m in matches if m.id not in sims]
-    with_vector = [m for m in new if m.vector is not None]
-    if with_vector:
-        vectors = np.stack([m.vector for m in with_vector if m.vector is not None])
-        for m, similarity in zip(with_vector, cosine(vectors, qvec).tolist(), strict=True):
-            sims[m.id] = similarity
-    for m in new:
-        sims.setdefault(m.id, 0.0)
-        shown[m.id] = m.fields
-
-
-def _show(item: Item, fields: Mapping[str, str]) -> None:
-    """Copy a node's stored text, time and place onto its item (a node deleted since the KNN
-    read has no fields: its empty text drops it)."""
-    get = fields.get
-    item.text = get("text", "")
-    if time_ := get("time"):
-        item.time = float(time_)
-    item.conversation = get("conversation", "")
-    if seq := get("seq"):
-        item.seq = int(seq)
-    if item.kind is NodeKind.EPISODE:
-        if (turn := get("turn_id")) is not None:
-            item.provenance = [Provenance(item.id, turn)]
-    elif item.kind is NodeKind.FACT and (sources := get("sources")):
-        item.sources = tuple(e for e in sources.split(",") if e)

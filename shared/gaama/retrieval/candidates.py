@@ -1,0 +1,94 @@
+"""The candidates of one search: full-text matches joining the KNN pool, the read-ahead of
+expanded nodes, the walk, the time prior, and a candidate's stored fields shown on its item
+(the steps are described in :mod:`gaama.retrieval.search`'s docstring)."""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from gaama.config import RetrievalSettings
+from gaama.model import NodeKind
+from gaama.retrieval.pack import RETURNED_KINDS, Item, Provenance
+from gaama.retrieval.ppr import PPRResult, personalized_pagerank, symmetric_adjacency
+from gaama.retrieval.scoring import cosine, node_kind
+from gaama.retrieval.timeq import Period, in_periods
+from gaama.store.subgraph import Expansion
+from gaama.store.vectors import LexicalHit
+
+
+def ppr_size(sub: Expansion) -> int:
+    """The walk's size: subgraph nodes plus stored (directed) adjacency entries."""
+    return len(sub.nodes) + 2 * len(sub.edges)
+
+
+def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:
+    """The expanded nodes the read-ahead may read, in admission order: ``nodes`` past the first
+    ``n_seeds`` (the seeds) that are of a returned kind and not in the KNN ``pool``."""
+    return [n for n in nodes[n_seeds:] if n not in pool and node_kind(n) in RETURNED_KINDS]
+
+
+def run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
+    return personalized_pagerank(
+        symmetric_adjacency(len(sub.nodes), sub.edges, unique=True),
+        restart,
+        alpha=p.alpha,
+        max_iter=p.max_iter,
+        tol=p.tol,
+        degrees=sub.degrees,
+        hub_degree=p.hub_degree,
+        hub_dampening=p.hub_dampening,
+    )
+
+
+def time_prior(
+    periods: list[Period],
+    candidates: Iterable[str],
+    shown: Mapping[str, Mapping[str, str]],
+    w_time: float,
+) -> dict[str, float]:
+    """``w_time`` for each candidate whose time, or a date its text names, is in ``periods``."""
+    out = {}
+    for node in candidates:
+        fields = shown.get(node, {})
+        t = fields.get("time")
+        if in_periods(periods, float(t) if t else None, fields.get("text", "")):
+            out[node] = w_time
+    return out
+
+
+def join_matches(
+    sims: dict[str, float],
+    shown: dict[str, dict[str, str]],
+    matches: Sequence[LexicalHit],
+    qvec: np.ndarray,
+) -> None:
+    """Full-text matches outside the KNN pool join the candidates, with the cosine similarity of
+    their stored vector (0 without one: only their text match speaks for them)."""
+    new = [m for m in matches if m.id not in sims]
+    with_vector = [m for m in new if m.vector is not None]
+    if with_vector:
+        vectors = np.stack([m.vector for m in with_vector if m.vector is not None])
+        for m, similarity in zip(with_vector, cosine(vectors, qvec).tolist(), strict=True):
+            sims[m.id] = similarity
+    for m in new:
+        sims.setdefault(m.id, 0.0)
+        shown[m.id] = m.fields
+
+
+def show(item: Item, fields: Mapping[str, str]) -> None:
+    """Copy a node's stored text, time and place onto its item (a node deleted since the KNN
+    read has no fields: its empty text drops it)."""
+    get = fields.get
+    item.text = get("text", "")
+    if time_ := get("time"):
+        item.time = float(time_)
+    item.conversation = get("conversation", "")
+    if seq := get("seq"):
+        item.seq = int(seq)
+    if item.kind is NodeKind.EPISODE:
+        if (turn := get("turn_id")) is not None:
+            item.provenance = [Provenance(item.id, turn)]
+    elif item.kind is NodeKind.FACT and (sources := get("sources")):
+        item.sources = tuple(e for e in sources.split(",") if e)
