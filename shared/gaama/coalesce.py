@@ -181,7 +181,12 @@ class CoalescingEmbedder:
 
 def for_queries(embedder: Embedder, settings: Settings) -> Embedder:
     """``embedder`` behind a :class:`CoalescingEmbedder` with the ``GAAMA_EMBED_COALESCE_MS``
-    window, or as it is when that is 0."""
+    window and ``GAAMA_EMBED_INLINE``, or as it is when the window is 0."""
     if settings.embed_coalesce_ms <= 0:
         return embedder
-    return CoalescingEmbedder(embedder, settings.embed_coalesce_ms / 1000.0, settings.embed_batch)
+    return CoalescingEmbedder(
+        embedder,
+        settings.embed_coalesce_ms / 1000.0,
+        settings.embed_batch,
+        inline=settings.embed_inline,
+    )

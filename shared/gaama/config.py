@@ -203,6 +203,9 @@ class Settings(BaseSettings):
     # Query service: concurrent requests' query encodes wait this long for each other and run as
     # one batch (0 = off, every request encodes alone).
     embed_coalesce_ms: float = Field(2.0, ge=0, le=100)
+    # With coalescing on and a local model: a query arriving when no encode runs or waits is
+    # encoded on the event loop's thread, skipping the hand-off to a worker thread and back.
+    embed_inline: bool = True
 
     # --- LLM (any OpenAI-compatible endpoint); all unset = offline extractor ----------------
     llm_base_url: str | None = None

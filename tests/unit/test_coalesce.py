@@ -196,3 +196,7 @@ def test_window_zero_turns_coalescing_off():
     wrapped = for_queries(inner, load_settings(embed_coalesce_ms=3, embed_batch=32))
     assert isinstance(wrapped, CoalescingEmbedder)
     assert (wrapped.window_s, wrapped.max_batch, wrapped.dim) == (0.003, 32, 8)
+    local = LocalEmbedder()
+    assert for_queries(local, load_settings())._inline is not None  # type: ignore[attr-defined]
+    off = for_queries(local, load_settings(embed_inline=False))
+    assert off._inline is None  # type: ignore[attr-defined]
