@@ -112,15 +112,17 @@ def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
         timeout=360,
     )
     doc = json.loads(out.read_text())
-    assert doc["turns"] == 50 and doc["conversations"] == 4
+    # two runs per backend by default (onnx torch torch onnx), the figures their totals
+    assert doc["turns"] == 100 and doc["conversations"] == 4 and doc["rounds"] == 2
     assert doc["backend"] == "onnx"  # the top-level figures are the default backend's
     assert set(doc["backends"]) == {"onnx", "torch"}  # both by default, in one run
     for b in doc["backends"].values():
         _positive(b, "turns_per_s", "embed_texts_per_s")
+        assert len(b["rounds_turns_per_s"]) == 2
     assert doc["backends"]["onnx"]["turns_per_s"] == doc["turns_per_s"]
     _positive(doc, "seconds", "turns_per_s", "embedding_seconds", "batches", "batch_p50_ms")
     assert 0 < doc["embedding_share"] <= 1
-    assert doc["embedded_texts"] == 50
+    assert doc["embedded_texts"] == 100
     assert doc["chains_in_order"] is True
 
 
