@@ -10,7 +10,15 @@ DEFAULT = "onnx"
 #: Name → settings that build the backend (``GAAMA_*`` variables for a service process).
 SETTINGS: dict[str, dict[str, Any]] = {
     "onnx": {"embedder": "onnx", "onnx_variant": "fp32"},
-    "onnx-2t": {"embedder": "onnx", "onnx_variant": "fp32", "onnx_threads": 2, "onnx_spin": True},
+    # The default before batch lanes: one batch at a time, on one thread.
+    "onnx-1lane": {"embedder": "onnx", "onnx_variant": "fp32", "onnx_lanes": 1},
+    "onnx-2t": {
+        "embedder": "onnx",
+        "onnx_variant": "fp32",
+        "onnx_threads": 2,
+        "onnx_spin": True,
+        "onnx_lanes": 1,
+    },
     "onnx-int8": {"embedder": "onnx", "onnx_variant": "int8"},
     "torch": {"embedder": "minilm-torch"},
 }

@@ -25,6 +25,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from benchmarks import backends
 from benchmarks.query import machine_info, percentile, write_section
 from benchmarks.synthetic import query_texts, turn_texts
@@ -47,6 +49,7 @@ class Options:
     backends: tuple[str, ...] = tuple(BACKENDS)
     texts: int = 1024
     queries: int = 200
+    rounds: int = 2  # runs of every backend, in the order A B … B A
     json_path: Path | None = Path("bench-results/embed.json")
     docs: Path | None = None
     command: str = ""
@@ -105,10 +108,20 @@ def measure(name: str, opts: Options) -> dict[str, Any]:
 
 
 def main(opts: Options) -> dict[str, Any]:
-    results = {}
-    for name in opts.backends:
-        print(f"embed: {name} …", file=sys.stderr)
-        results[name] = measure(name, opts)
+    done: dict[str, list[dict[str, Any]]] = {name: [] for name in opts.backends}
+    # A B … B A: drift of a shared machine falls on every backend alike.
+    for r in range(opts.rounds):
+        for name in opts.backends if r % 2 == 0 else reversed(opts.backends):
+            print(f"embed: {name} (round {r + 1}) …", file=sys.stderr)
+            done[name].append(measure(name, opts))
+    # Each figure is the median of a backend's rounds; load_s is its first load (the model's).
+    results = {
+        name: {
+            k: rs[0][k] if k == "load_s" else round(float(np.median([x[k] for x in rs])), 2)
+            for k in rs[0]
+        }
+        for name, rs in done.items()
+    }
     default = backends.DEFAULT if backends.DEFAULT in results else opts.backends[0]
     doc: dict[str, Any] = {
         "backends": results,
@@ -117,6 +130,7 @@ def main(opts: Options) -> dict[str, Any]:
         "queries": opts.queries,
         "concurrency": CONCURRENCY,
         "coalesce_ms": COALESCE_MS,
+        "rounds": opts.rounds,
         "machine": machine_info(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "command": opts.command,
@@ -157,8 +171,9 @@ def docs_section(doc: dict[str, Any]) -> str:
             "## Embedding backends",
             "",
             f"Run on {doc['date']} with `{doc['command']}` ({m['cpus']} CPUs, {m['cpu']}), all "
-            f"backends in one process, one after another: {doc['texts']:,} synthetic turns "
-            "encoded in batches of 64 (texts/s); "
+            f"backends in one process, in {doc.get('rounds', 1)} round(s) in the order A B … B A "
+            "(each figure the median of a backend's rounds): "
+            f"{doc['texts']:,} synthetic turns encoded in batches of 64 (texts/s); "
             f"{doc['queries']} short questions encoded one at a time (p50/p90 ms); "
             f"{doc['concurrency']} concurrent callers encoding one question each at a time, "
             f"alone and through the query service's micro-batching ({doc['coalesce_ms']:g} ms "
@@ -179,6 +194,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--backends", args.backends]
     if args.texts != 1024 or args.queries != 200:
         argv += ["--texts", str(args.texts), "--queries", str(args.queries)]
+    if args.rounds != 2:
+        argv += ["--rounds", str(args.rounds)]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -190,9 +207,9 @@ def _cli(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"python -m benchmarks embed: {exc}", file=sys.stderr)
         return 2
-    if args.texts < 1 or args.queries < 1:
+    if min(args.texts, args.queries, args.rounds) < 1:
         print(
-            "python -m benchmarks embed: --texts and --queries must be ≥ 1",
+            "python -m benchmarks embed: --texts, --queries and --rounds must be ≥ 1",
             file=sys.stderr,
         )
         return 2
@@ -201,6 +218,7 @@ def _cli(args: argparse.Namespace) -> int:
             backends=names,
             texts=args.texts,
             queries=args.queries,
+            rounds=args.rounds,
             json_path=Path(args.json) if args.json else None,
             docs=Path(args.docs) if args.write_docs else None,
             command=command_line(args),
@@ -220,6 +238,12 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--backends", default=",".join(BACKENDS), help="comma-separated (default all)")
     p.add_argument("--texts", type=int, default=1024, help="texts for the batch figure")
     p.add_argument("--queries", type=int, default=200, help="single-query encodes timed")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs of every backend, in the order A B … B A (default 2); figures are medians",
+    )
     p.add_argument("--json", default="bench-results/embed.json", metavar="PATH")
     p.add_argument(
         "--write-docs", action="store_true", help="update the embed section of docs/benchmarks.md"

@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from redis.exceptions import RedisError
 from tqdm import tqdm
 
@@ -73,6 +74,7 @@ class Options:
     command: str = ""
     # Embedding backends, one ingest service run each; the first gives the top-level figures.
     backends: tuple[str, ...] = (backends.DEFAULT, "torch")
+    rounds: int = 2  # runs per backend, in the order A B … B A
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,16 +291,20 @@ def _backend_rows(doc: dict[str, Any]) -> list[str]:
         return []
     first = runs[doc["backend"]]
     rows = [
-        f"Each embedding backend ran the same {doc['turns']:,} turns through its own ingest "
-        f"service, one after another (the table above is `{doc['backend']}`):",
+        f"Each embedding backend ran the same turns through its own ingest service, "
+        f"{doc.get('rounds', 1)} time(s), the backends in the order A B … B A so that drift "
+        f"of the machine falls on all (the table above is `{doc['backend']}`, totals of its "
+        "runs):",
         "",
-        f"| embedder | turns/s | embed texts/s | {doc['backend']} turns/s ÷ this |",
+        f"| embedder | turns/s (each run) | embed texts/s | {doc['backend']} turns/s ÷ this |",
         "|---|---:|---:|---:|",
     ]
     for name, r in runs.items():
         ratio = first["turns_per_s"] / r["turns_per_s"] if r["turns_per_s"] else 0.0
+        each = ", ".join(f"{x:.1f}" for x in r.get("rounds_turns_per_s", []))
         rows.append(
-            f"| {name} | {r['turns_per_s']:.1f} | {r['embed_texts_per_s']:.0f} | {ratio:.2f}× |"
+            f"| {name} | {r['turns_per_s']:.1f} ({each}) | {r['embed_texts_per_s']:.0f} | "
+            f"{ratio:.2f}× |"
         )
     return [*rows, ""]
 
@@ -337,16 +343,49 @@ def docs_section(doc: dict[str, Any]) -> str:
     )
 
 
+def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One backend's rounds as one run: totals, and rates of the totals."""
+    out = dict(runs[-1])
+    if len(runs) == 1:
+        return out
+    for k in ("turns", "seconds", "produce_seconds", "embedding_seconds"):
+        out[k] = round(sum(r[k] for r in runs), 3)
+    for k in ("embedded_texts", "batches"):
+        out[k] = sum(r[k] for r in runs)
+    out["turns_per_s"] = round(out["turns"] / out["seconds"], 1)
+    out["embedding_share"] = round(out["embedding_seconds"] / out["seconds"], 3)
+    emb = out["embedding_seconds"]
+    out["embed_texts_per_s"] = round(out["embedded_texts"] / emb, 1) if emb else 0.0
+    if out["batches"]:
+        out["mean_batch_turns"] = round(out["turns"] / out["batches"], 1)
+        weighted = sum(r["batch_mean_ms"] * r["batches"] for r in runs)
+        out["batch_mean_ms"] = round(weighted / out["batches"], 1)
+    out["batch_p50_ms"] = round(float(np.median([r["batch_p50_ms"] for r in runs])), 1)
+    out["chains_in_order"] = all(r["chains_in_order"] for r in runs)
+    out["share_of_ceiling"] = round(out["turns_per_s"] / CEILING_TEXTS_PER_S, 2)
+    out["rounds"] = len(runs)
+    return out
+
+
 def main(opts: Options) -> dict[str, Any]:
     url = opts.redis_url or os.environ.get("GAAMA_REDIS_URL")
     boot = opts.kafka_bootstrap or os.environ.get("GAAMA_KAFKA_BOOTSTRAP")
     if not (url and boot):  # both or neither: the service needs the pair that belongs together
         url = boot = None
+    done: dict[str, list[dict[str, Any]]] = {b: [] for b in opts.backends}
     with servers(url, boot, need_kafka=True) as (redis_url, bootstrap):
-        runs = {b: asyncio.run(_run(opts, redis_url, bootstrap, b)) for b in opts.backends}
+        # A B … B A: drift of a shared machine falls on every backend alike.
+        for r in range(opts.rounds):
+            for b in opts.backends if r % 2 == 0 else reversed(opts.backends):
+                done[b].append(asyncio.run(_run(opts, redis_url, bootstrap, b)))
+    runs = {b: combine(rs) for b, rs in done.items()}
     doc = dict(runs[opts.backends[0]])
     doc["backends"] = {
-        b: {"turns_per_s": r["turns_per_s"], "embed_texts_per_s": r["embed_texts_per_s"]}
+        b: {
+            "turns_per_s": r["turns_per_s"],
+            "embed_texts_per_s": r["embed_texts_per_s"],
+            "rounds_turns_per_s": [x["turns_per_s"] for x in done[b]],
+        }
         for b, r in runs.items()
     }
     if opts.json_path:
@@ -368,15 +407,18 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--tenants", str(args.tenants), "--conversations", str(args.conversations)]
     if args.backends != DEFAULT_BACKENDS:
         argv += ["--backends", args.backends]
+    if args.rounds != 2:
+        argv += ["--rounds", str(args.rounds)]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
 
 
 def _cli(args: argparse.Namespace) -> int:
-    if args.turns < 1 or args.tenants < 1 or args.conversations < 1:
+    if min(args.turns, args.tenants, args.conversations, args.rounds) < 1:
         print(
-            "python -m benchmarks ingest: --turns, --tenants and --conversations must be ≥ 1",
+            "python -m benchmarks ingest: --turns, --tenants, --conversations and --rounds must "
+            "be ≥ 1",
             file=sys.stderr,
         )
         return 2
@@ -387,6 +429,7 @@ def _cli(args: argparse.Namespace) -> int:
         return 2
     opts = Options(
         backends=names,
+        rounds=args.rounds,
         turns=args.turns,
         tenants=args.tenants,
         conversations=args.conversations,
@@ -416,6 +459,13 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--turns", type=int, default=2000, help="turns to produce (default 2000)")
     p.add_argument("--tenants", type=int, default=4)
     p.add_argument("--conversations", type=int, default=5, help="conversations per tenant")
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs of --turns per backend, backends in the order A B … B A (default 2); the "
+        "figures are the totals of a backend's runs",
+    )
     p.add_argument(
         "--backends",
         default=DEFAULT_BACKENDS,

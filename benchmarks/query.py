@@ -27,7 +27,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -290,7 +290,7 @@ async def run_queries(
 
 
 async def compare_modes(
-    url: str,
+    urls: Mapping[str, str],
     key: str,
     nodes: int,
     concurrency: int,
@@ -299,35 +299,45 @@ async def compare_modes(
     texts: Sequence[str],
     progress: bool,
 ) -> list[dict[str, Any]]:
-    """Every mode at one concurrency, in interleaved rounds (A B B A A B B A): drift of a shared
-    machine (other jobs, CPU frequency) then falls on every mode alike, which a ratio between
-    modes needs. Each mode asks the same texts in the same order."""
+    """Every backend's service (``urls``: backend → URL) in every mode at one concurrency, in
+    interleaved rounds (A B B A A B B A): drift of a shared machine (other jobs, CPU frequency)
+    then falls on every backend and mode alike, which a ratio between them needs. Each asks the
+    same texts in the same order."""
     per_round = math.ceil(requests / ROUNDS)
-    seen = {m: Observed() for m in modes}
-    walls = dict.fromkeys(modes, 0.0)
+    variants = [(b, m) for b in urls for m in modes]
+    seen = {v: Observed() for v in variants}
+    walls = dict.fromkeys(variants, 0.0)
     for r in range(ROUNDS):
-        for mode in modes if r % 2 == 0 else list(reversed(modes)):
+        for backend, mode in variants if r % 2 == 0 else list(reversed(variants)):
             spec = RunSpec(nodes, concurrency, mode, per_round)
             _, wall = await run_queries(
-                url, key, spec, texts, progress, first_text=r * per_round, out=seen[mode]
+                urls[backend],
+                key,
+                spec,
+                texts,
+                progress,
+                first_text=r * per_round,
+                out=seen[backend, mode],
             )
-            walls[mode] += wall
+            walls[backend, mode] += wall
     out = []
-    for mode in modes:
-        lat = seen[mode].latencies_ms
+    for backend, mode in variants:
+        lat = seen[backend, mode].latencies_ms
+        wall = walls[backend, mode]
         out.append(
             {
+                "backend": backend,
                 "nodes": nodes,
                 "concurrency": concurrency,
                 "mode": mode,
                 "requests": per_round * ROUNDS,
-                "errors": seen[mode].errors,
+                "errors": seen[backend, mode].errors,
                 "p50_ms": round(percentile(lat, 50), 2),
                 "p95_ms": round(percentile(lat, 95), 2),
                 "p99_ms": round(percentile(lat, 99), 2),
-                "qps": round(len(lat) / walls[mode], 2) if walls[mode] else 0.0,
+                "qps": round(len(lat) / wall, 2) if wall else 0.0,
                 "stage_p50_ms": {
-                    s: round(percentile(v, 50), 3) for s, v in seen[mode].stages.items()
+                    s: round(percentile(v, 50), 3) for s, v in seen[backend, mode].stages.items()
                 },
             }
         )
@@ -389,7 +399,7 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
     loads: dict[int, dict[str, Any]] = {}
     not_run: dict[str, str] = {}
     runs: list[dict[str, Any]] = []
-    service: ServiceProcess | None = None
+    services: dict[str, ServiceProcess] = {}
     try:
         for n in sorted(opts.sizes):
             if loads:
@@ -414,19 +424,19 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
             )
         log_dir = Path(tempfile.mkdtemp(prefix="gaama-bench-query-"))
         texts = query_texts(4096)
-        for backend in opts.backends:  # one service process per embedding backend, in turn
+        for backend in opts.backends:  # one service process per embedding backend, all running
             # The caller's own GAAMA_* variables reach the service (e.g. GAAMA_RETRIEVAL__* knobs
             # for an A/B), under the run's namespace; the backend's win. One tenant at a time
-            # measures capacity: its per-tenant quotas are lifted.
+            # measures capacity: its per-tenant quotas are lifted. An idle service costs nothing:
+            # the rounds ask one service at a time.
             env = {**backends.env(backend), **QUOTAS_OFF}
-            service = await ServiceProcess(
+            services[backend] = await ServiceProcess(
                 "query", settings, log_dir, inherit=True, extra=env
             ).astart(180)
-            await _run_sizes(opts, service.url, api, sorted(loads), texts, backend, runs)
-            service.stop()
-            service = None
+        urls = {b: services[b].url for b in opts.backends}
+        await _run_sizes(opts, urls, api, sorted(loads), texts, runs)
     finally:
-        if service is not None:
+        for service in services.values():
             service.stop()
         if not opts.keep:
             # Index first: deleting a million indexed hashes one by one would update the HNSW
@@ -446,7 +456,8 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
         "not_run": not_run,
         "targets": targets(
             [r for r in runs if r["backend"] == opts.backends[0]], sorted(opts.sizes), not_run
-        ),
+        )
+        + backend_targets(runs, opts.backends),
         "backends": list(opts.backends),
         "machine": machine_info(),
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -456,27 +467,29 @@ async def _run(opts: Options, redis_url: str) -> dict[str, Any]:
 
 async def _run_sizes(
     opts: Options,
-    url: str,
+    urls: Mapping[str, str],
     api: dict[int, str],
     sizes: Sequence[int],
     texts: Sequence[str],
-    backend: str,
     runs: list[dict[str, Any]],
 ) -> None:
-    """Every size, concurrency and mode against one running service; results added to ``runs``."""
+    """Every size, concurrency and mode against the running services (one per backend, asked in
+    interleaved rounds); results added to ``runs``."""
     for n in sizes:
-        for mode in opts.modes:  # warm-up: model, connections, Redis caches
-            await run_queries(url, api[n], RunSpec(n, 4, mode, opts.warmup), texts, progress=False)
+        for url in urls.values():
+            for mode in opts.modes:  # warm-up: model, connections, Redis caches
+                spec = RunSpec(n, 4, mode, opts.warmup)
+                await run_queries(url, api[n], spec, texts, progress=False)
         for c in opts.concurrency:
             results = await compare_modes(
-                url, api[n], n, c, opts.modes, _requests_for(opts, c), texts, opts.progress
+                urls, api[n], n, c, opts.modes, _requests_for(opts, c), texts, opts.progress
             )
             for result in results:
-                runs.append({"backend": backend, **result})
+                runs.append(result)
                 print(
-                    f"# {backend:6s} {n:>9,} c={c:<3} {result['mode']:8s} "
+                    f"# {result['backend']:6s} {n:>9,} c={c:<3} {result['mode']:8s} "
                     f"p50 {result['p50_ms']:7.1f} ms  p99 {result['p99_ms']:7.1f} ms  "
-                    f"{result['qps']:6.1f} qps",
+                    f"{result['qps']:6.1f} qps  embed {result['stage_p50_ms']['embed']:6.1f} ms",
                     file=sys.stderr,
                 )
 
@@ -535,6 +548,63 @@ def targets(
     return out
 
 
+def backend_targets(runs: Sequence[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
+    """Issue 18's targets of the first backend against ``torch`` (when both ran), and its knn
+    stage at 100k against 10k."""
+    first = names[0]
+    mine = [r for r in runs if r["backend"] == first]
+    torch = [r for r in runs if r["backend"] == "torch"]
+    out: list[dict[str, Any]] = []
+    k10, k100 = _find(mine, 10_000, 1, "gaama"), _find(mine, 100_000, 1, "gaama")
+    if k10 and k100:
+        a, b = k100["stage_p50_ms"]["knn"], k10["stage_p50_ms"]["knn"]
+        out.append(
+            {
+                "target": f"knn p50 at 100k ≤ 1.5 × at 10k (gaama, c=1, {first})",
+                "value": f"{a:.1f} / {b:.1f} ms = {a / b:.2f}×",
+                "holds": a <= 1.5 * b,
+            }
+        )
+    if first == "torch" or not torch:
+        return out
+    sizes = sorted({r["nodes"] for r in mine})
+    for n in sizes:
+        for mode in ("gaama", "semantic"):
+            o, t = _find(mine, n, 1, mode), _find(torch, n, 1, mode)
+            if o and t:
+                a, b = o["stage_p50_ms"]["embed"], t["stage_p50_ms"]["embed"]
+                out.append(
+                    {
+                        "target": f"embed stage p50 ≤ ⅓ torch's ({n:,} nodes, c=1, {mode})",
+                        "value": f"{a:.1f} / {b:.1f} ms = {a / b:.2f}×",
+                        "holds": a * 3 <= b,
+                    }
+                )
+            o, t = _find(mine, n, 16, mode), _find(torch, n, 16, mode)
+            if o and t:
+                a, b = o["qps"], t["qps"]
+                out.append(
+                    {
+                        "target": f"QPS at c=16 ≥ 2 × torch's ({n:,} nodes, {mode})",
+                        "value": f"{a:.1f} / {b:.1f} = {a / b:.2f}×" if b else "torch: 0",
+                        "holds": a >= 2 * b,
+                    }
+                )
+    o, t = _find(mine, 100_000, 1, "gaama"), _find(torch, 100_000, 1, "gaama")
+    out.append(
+        {
+            "target": "gaama p50 at 100k ≤ 0.6 × torch's (c=1)",
+            "value": (
+                f"{o['p50_ms']:.1f} / {t['p50_ms']:.1f} ms = {o['p50_ms'] / t['p50_ms']:.2f}×"
+                if o and t
+                else "not run"
+            ),
+            "holds": (o["p50_ms"] <= 0.6 * t["p50_ms"]) if o and t else None,
+        }
+    )
+    return out
+
+
 # --- report -----------------------------------------------------------------------------------
 
 
@@ -551,9 +621,10 @@ def docs_section(doc: dict[str, Any]) -> str:
         f"{m['memory_gb']} GB). Latency is client-side over HTTP to the real query service "
         "(one process), the query embedded by MiniLM in the service (backend in the first "
         "column; targets are read from the first backend's runs); stage columns are the "
-        "service's own p50 per stage (ms). The modes of one size and concurrency run in four "
-        "interleaved rounds (A B B A …) so that drift of this shared machine falls on both "
-        "alike. Graphs: 45 % episodes in NEXT chains, 35 % facts, "
+        "service's own p50 per stage (ms). Each backend has its own service process, all "
+        "running, asked one at a time: the backends and modes of one size and concurrency run "
+        "in four interleaved rounds (A B B A …) so that drift of this shared machine falls on "
+        "all alike. Graphs: 45 % episodes in NEXT chains, 35 % facts, "
         "10 % concepts (Pareto-tailed degree), 10 % reflections; synthetic topic-clustered "
         "vectors (see `benchmarks/synthetic.py`).",
         "",

@@ -15,6 +15,13 @@ embedder and merges calls into batches, each one ``embed`` of the inner embedder
 
 Each caller gets its own rows back.
 
+A call after a quiet spell that finds no batch running or queued is encoded right away on the
+event loop's thread when the inner embedder is local (it has ``embed_sync``) and the call is
+small (a query): a hand-off to a worker thread and back costs two thread wake-ups, which on
+loaded cores wait for a time slice each (docs/benchmarks.md, "Query embed stage"). The loop is
+held for one encode (a few ms) only when it has nothing else queued here; under load every call
+is "busy" and batches run in a worker thread, leaving the loop free while the model computes.
+
 A batch runs in its own task: a caller that is cancelled (client gone, timeout) leaves the batch
 running for the others. An error in a batch fails that batch's callers only.
 """
@@ -24,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -47,9 +55,16 @@ class CoalescingEmbedder:
         window_s: how long the first call of a batch waits for others (> 0).
         max_batch: a batch closes early once it holds this many texts; a single call with more
             texts still runs, as a batch of its own.
+        inline: encode a quiet call of at most :data:`INLINE_MAX_TEXTS` texts on the caller's
+            thread when ``inner`` has ``embed_sync`` (see the module docstring).
     """
 
-    def __init__(self, inner: Embedder, window_s: float, max_batch: int = 64) -> None:
+    #: The largest call encoded inline: a query or two, a few milliseconds of the loop.
+    INLINE_MAX_TEXTS = 4
+
+    def __init__(
+        self, inner: Embedder, window_s: float, max_batch: int = 64, *, inline: bool = True
+    ) -> None:
         if window_s <= 0:
             raise ValueError("window_s must be > 0 (use the inner embedder to turn batching off)")
         self.inner = inner
@@ -62,6 +77,8 @@ class CoalescingEmbedder:
         self._timer: asyncio.TimerHandle | None = None
         self._running: asyncio.Task[None] | None = None
         self._last_activity = float("-inf")  # the latest call or end of a batch
+        sync = getattr(inner, "embed_sync", None) if inline else None
+        self._inline: Callable[[list[str]], np.ndarray] | None = sync
         #: Sizes (in texts) of the latest batches; tests and benchmarks read it.
         self.batches: deque[int] = deque(maxlen=1024)
 
@@ -78,10 +95,24 @@ class CoalescingEmbedder:
         """
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
+        now = time.monotonic()
+        busy = now - self._last_activity < self.window_s
+        self._last_activity = now
+        if (
+            self._inline is not None
+            and not busy
+            and self._running is None
+            and not self._pending
+            and len(texts) <= self.INLINE_MAX_TEXTS
+        ):
+            try:
+                rows = self._inline(list(texts))
+            finally:
+                self._last_activity = time.monotonic()
+            self.batches.append(len(rows))
+            return rows
         loop = asyncio.get_running_loop()
-        call = _Call(list(texts), loop.create_future())
-        busy = call.queued - self._last_activity < self.window_s
-        self._last_activity = call.queued
+        call = _Call(list(texts), loop.create_future(), now)
         self._pending.append(call)
         self._pending_texts += len(texts)
         self._schedule(loop, window=busy)
@@ -149,7 +180,12 @@ class CoalescingEmbedder:
 
 def for_queries(embedder: Embedder, settings: Settings) -> Embedder:
     """``embedder`` behind a :class:`CoalescingEmbedder` with the ``GAAMA_EMBED_COALESCE_MS``
-    window, or as it is when that is 0."""
+    window and ``GAAMA_EMBED_INLINE``, or as it is when the window is 0."""
     if settings.embed_coalesce_ms <= 0:
         return embedder
-    return CoalescingEmbedder(embedder, settings.embed_coalesce_ms / 1000.0, settings.embed_batch)
+    return CoalescingEmbedder(
+        embedder,
+        settings.embed_coalesce_ms / 1000.0,
+        settings.embed_batch,
+        inline=settings.embed_inline,
+    )

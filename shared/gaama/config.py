@@ -198,9 +198,15 @@ class Settings(BaseSettings):
     # onnxruntime intra-op threads per process; with more than one, whether they busy-wait.
     onnx_threads: int = Field(1, ge=1, le=64)
     onnx_spin: bool = False
+    # Batches of one embed call (GAAMA_EMBED_BATCH texts each) encoded at once, each on its own
+    # thread: how ingest and extraction use more than one core without intra-op threads.
+    onnx_lanes: int = Field(2, ge=1, le=64)
     # Query service: concurrent requests' query encodes wait this long for each other and run as
     # one batch (0 = off, every request encodes alone).
     embed_coalesce_ms: float = Field(2.0, ge=0, le=100)
+    # With coalescing on and a local model: a query arriving when no encode runs or waits is
+    # encoded on the event loop's thread, skipping the hand-off to a worker thread and back.
+    embed_inline: bool = True
 
     # --- LLM (any OpenAI-compatible endpoint); all unset = offline extractor ----------------
     llm_base_url: str | None = None

@@ -216,4 +216,5 @@ def build_embedder(settings: Settings, metrics: EmbedMetrics | None = None) -> E
         settings.onnx_variant,
         settings.onnx_spin,
         settings.onnx_threads,
+        settings.onnx_lanes,
     )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ class OnnxMiniLMEmbedder:
     dim = 384
     _lock = threading.Lock()
     _sessions: dict[tuple[Path, int, bool], tuple[Any, Any]] = {}  # noqa: RUF012 - per process
+    _pools: dict[int, ThreadPoolExecutor] = {}  # noqa: RUF012 - per process, by lanes
 
     def __init__(
         self,
@@ -45,6 +47,7 @@ class OnnxMiniLMEmbedder:
         variant: onnx_model.Variant = "fp32",
         spin: bool = False,
         threads: int = 1,
+        lanes: int = 1,
     ) -> None:
         self.batch_size = batch_size
         # One thread by default: as many encodes per core as two, and the only setting that
@@ -55,6 +58,12 @@ class OnnxMiniLMEmbedder:
         # GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN).
         self.threads = max(1, threads)
         self.spin = spin
+        # A call of several batches (ingest's and extraction's) runs up to ``lanes`` of them at
+        # once, each a session run on its own thread. Unlike intra-op threads, which meet at a
+        # barrier after every operator and stall whenever one of them is descheduled, lanes
+        # share nothing but the session: on a busy machine a lane that gets no core delays only
+        # its own batch (GAAMA_ONNX_LANES; docs/benchmarks.md, "Ingest: batch lanes").
+        self.lanes = max(1, lanes)
         self.metrics = metrics
         self.variant = variant
         self.model_file = onnx_model.model_path(model_dir or onnx_model.default_dir(), variant)
@@ -105,6 +114,15 @@ class OnnxMiniLMEmbedder:
                 loaded = self._sessions[self._key] = (session, tok)
             return loaded
 
+    def _pool(self) -> ThreadPoolExecutor:
+        with self._lock:
+            pool = self._pools.get(self.lanes)
+            if pool is None:
+                pool = self._pools[self.lanes] = ThreadPoolExecutor(
+                    self.lanes, thread_name_prefix=f"gaama-onnx-{self.lanes}-lanes"
+                )
+            return pool
+
     def embed_sync(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
@@ -113,14 +131,23 @@ class OnnxMiniLMEmbedder:
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         # Longest first in batches of similar length: padding costs as much as real tokens.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]), reverse=True)
-        for start in range(0, len(order), self.batch_size):
-            rows = order[start : start + self.batch_size]
+        batches = [order[s : s + self.batch_size] for s in range(0, len(order), self.batch_size)]
+
+        def encode(rows: list[int]) -> None:
             enc = tok.encode_batch([texts[i] for i in rows])
             feed = {
                 "input_ids": np.asarray([e.ids for e in enc], dtype=np.int64),
                 "attention_mask": np.asarray([e.attention_mask for e in enc], dtype=np.int64),
             }
             out[rows] = session.run(["sentence_embedding"], feed)[0]
+
+        if self.lanes > 1 and len(batches) > 1:
+            # Each batch writes its own rows; onnxruntime runs one session from several threads.
+            for _ in self._pool().map(encode, batches):
+                pass  # re-raises a batch's error here
+        else:
+            for rows in batches:
+                encode(rows)
         if self.metrics:
             self.metrics.seconds.observe(time.perf_counter() - t0)
             self.metrics.texts.inc(len(texts))

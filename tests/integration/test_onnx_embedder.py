@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -95,6 +96,18 @@ def test_threads_and_spinning_are_settings_that_do_not_change_vectors(model_dir:
     one = build_embedder(load_settings(onnx_model_dir=str(model_dir)))
     assert isinstance(one, OnnxMiniLMEmbedder) and (one.threads, one.spin) == (1, False)
     assert np.allclose(two.embed_sync(TEXTS[:4]), one.embed_sync(TEXTS[:4]), atol=1e-5)
+
+
+def test_batch_lanes_keep_every_row_in_place(model_dir: Path):
+    one = OnnxMiniLMEmbedder(model_dir=model_dir, batch_size=2, lanes=1)
+    five = OnnxMiniLMEmbedder(model_dir=model_dir, batch_size=2, lanes=5)
+    assert np.allclose(five.embed_sync(TEXTS), one.embed_sync(TEXTS), atol=1e-5)
+    # eight batches ran on several lane threads (a call of one batch runs on the caller's)
+    assert sum(t.name.startswith("gaama-onnx-5-lanes") for t in threading.enumerate()) >= 2
+    lanes = build_embedder(load_settings(onnx_model_dir=str(model_dir), onnx_lanes=3))
+    assert isinstance(lanes, OnnxMiniLMEmbedder) and lanes.lanes == 3
+    default = build_embedder(load_settings(onnx_model_dir=str(model_dir)))
+    assert isinstance(default, OnnxMiniLMEmbedder) and default.lanes == 2
 
 
 async def test_missing_model_is_built_on_first_use(tmp_path: Path):

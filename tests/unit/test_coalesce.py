@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import threading
 
 import numpy as np
 import pytest
@@ -139,6 +140,50 @@ async def test_calls_close_together_wait_for_the_window():
     assert inner.calls == [["a"], ["b", "c"]]
 
 
+class LocalEmbedder(FakeEmbedder):
+    """A fake with a blocking ``embed_sync``, like the local models: records the thread it ran
+    on; its async ``embed`` (the worker-thread path) is the base class's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sync_threads: list[int] = []
+
+    def embed_sync(self, texts: list[str]) -> np.ndarray:
+        self.sync_threads.append(threading.get_ident())
+        if self.fail_on is not None and self.fail_on in texts:
+            raise RuntimeError(f"model failed on {self.fail_on!r}")
+        return np.stack([vector(t) for t in texts])
+
+
+async def test_a_quiet_query_is_encoded_on_the_loop_thread():
+    inner = LocalEmbedder()
+    emb = CoalescingEmbedder(inner, window_s=0.05)
+    out = await emb.embed(["alone"])
+    assert np.array_equal(out, vector("alone")[None])
+    assert inner.sync_threads == [threading.get_ident()] and inner.calls == []
+    # right after it: busy, so it goes through a batch (the worker-thread path)
+    await asyncio.gather(emb.embed(["b"]), emb.embed(["c"]))
+    assert inner.calls == [["b", "c"]] and len(inner.sync_threads) == 1
+    await asyncio.sleep(0.06)  # quiet again
+    many = [f"t{i}" for i in range(CoalescingEmbedder.INLINE_MAX_TEXTS + 1)]
+    assert np.array_equal(await emb.embed(many), np.stack([vector(t) for t in many]))
+    assert inner.calls[-1] == many  # more than a query: never on the loop
+    off = LocalEmbedder()
+    await CoalescingEmbedder(off, window_s=0.05, inline=False).embed(["alone"])
+    assert off.calls == [["alone"]] and off.sync_threads == []
+
+
+async def test_a_failing_inline_encode_fails_only_its_caller():
+    inner = LocalEmbedder()
+    inner.fail_on = "boom"
+    emb = CoalescingEmbedder(inner, window_s=0.01)
+    with pytest.raises(RuntimeError, match="boom"):
+        await emb.embed(["boom"])
+    await asyncio.sleep(0.02)
+    assert np.array_equal(await emb.embed(["fine"]), vector("fine")[None])
+    assert len(inner.sync_threads) == 2
+
+
 async def test_empty_input_needs_no_batch():
     inner = FakeEmbedder()
     out = await CoalescingEmbedder(inner, window_s=0.005).embed([])
@@ -151,3 +196,7 @@ def test_window_zero_turns_coalescing_off():
     wrapped = for_queries(inner, load_settings(embed_coalesce_ms=3, embed_batch=32))
     assert isinstance(wrapped, CoalescingEmbedder)
     assert (wrapped.window_s, wrapped.max_batch, wrapped.dim) == (0.003, 32, 8)
+    local = LocalEmbedder()
+    assert for_queries(local, load_settings())._inline is not None  # type: ignore[attr-defined]
+    off = for_queries(local, load_settings(embed_inline=False))
+    assert off._inline is None  # type: ignore[attr-defined]
