@@ -67,6 +67,13 @@ def _keyword_extractor() -> Any:
     return yake.KeywordExtractor(lan="en", n=3, top=12, stopwords=set(STOPWORDS))
 
 
+@lru_cache(maxsize=1024)
+def _keyphrases(text: str) -> tuple[tuple[str, float], ...]:
+    # YAKE is most of the offline extractor's time, and it sees most texts twice: a turn of one
+    # sentence is read for the episode's concepts and again for its fact's.
+    return tuple(_keyword_extractor().extract_keywords(text))
+
+
 @lru_cache(maxsize=8192)
 def _lemma(word: str) -> str:
     import simplemma
@@ -206,7 +213,7 @@ def extract_concepts(text: str, names: Iterable[str] = (), max_labels: int = 3) 
     if max_labels <= 0 or not text.strip():
         return []
     excluded = _excluded_names(text, names)
-    keyphrases: list[tuple[str, float]] = _keyword_extractor().extract_keywords(text)
+    keyphrases = _keyphrases(text)
     # YAKE scores: lower is better. Sort on (score, phrase) so ties break the same way always.
     # Single words are weaker topics than phrases ("lake_sunrise" over "painted"): halve their
     # rank by doubling the score.

@@ -93,6 +93,7 @@ _REACTION = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z']*")
+_ALNUM = re.compile(r"[a-z0-9]+")
 _HEDGES = (
     re.compile(r"\b(?:maybe|perhaps|probably|possibly|hopefully|might|not sure|unsure)\b", re.I),
     re.compile(r"\bI (?:think|guess|believe|suppose|hope)\b", re.I),
@@ -114,8 +115,36 @@ def _worker() -> ThreadPoolExecutor:
 def _segmenter() -> Any:
     # pysbd builds its rule tables on construction: one instance per process.
     import pysbd
+    from pysbd.utils import TextSpan
 
-    return pysbd.Segmenter(language="en", clean=False)
+    class Segmenter(pysbd.Segmenter):  # type: ignore[misc]
+        def sentences_with_char_spans(self, sentences: list[str]) -> list[Any]:
+            return [TextSpan(*span) for span in _spans(self.original_text, sentences)]
+
+    return Segmenter(language="en", clean=False)
+
+
+def _spans(text: str, sentences: Sequence[str]) -> list[tuple[str, int, int]]:
+    """Where pysbd's sentences lie in ``text``, each with the whitespace after it, as pysbd
+    finds them (each one's first occurrence ending after the previous one's end), without the
+    regular expression pysbd compiles for every sentence: those fill Python's pattern cache
+    and evict the patterns the rest of the extractor uses."""
+    out: list[tuple[str, int, int]] = []
+    prior_end = 0
+    for sentence in sentences:
+        if not sentence:
+            continue  # an empty pattern would match anywhere; pysbd yields none
+        start = 0
+        while (at := text.find(sentence, start)) >= 0:
+            end = at + len(sentence)
+            while end < len(text) and text[end].isspace():
+                end += 1
+            if end > prior_end:
+                out.append((text[at:end], at, end))
+                prior_end = end
+                break
+            start = end  # the next match starts after this one, as re.finditer's would
+    return out
 
 
 def _split_sentences(text: str) -> list[str]:
@@ -135,22 +164,34 @@ def _split_sentences(text: str) -> list[str]:
 
 
 def _normalise(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+    return " ".join(_ALNUM.findall(text.lower()))
+
+
+@lru_cache(maxsize=256)
+def _vocatives(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+    """The patterns of a name said at the start of a sentence or after its last comma."""
+    name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
+    if not name_alt:
+        return None
+    return (
+        re.compile(rf"^(?:{name_alt})\b[\s,!.:;-]*"),
+        re.compile(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)"),
+    )
 
 
 def _strip_address(sentence: str, names: Sequence[str]) -> str:
     """Remove leading interjections, discourse openers and vocatives ("Wow, Mel! ...", "Guess
     what, ...", "... , Caroline!")."""
-    name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
+    vocative = _vocatives(tuple(names))
     previous = None
     while previous != sentence:
         previous = sentence
         sentence = _LEADING_FILLER.sub("", sentence).lstrip()
         sentence = _OPENER.sub("", sentence).lstrip()
-        if name_alt:
-            sentence = re.sub(rf"^(?:{name_alt})\b[\s,!.:;-]*", "", sentence).lstrip()
-    if name_alt:
-        sentence = re.sub(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)", "", sentence)
+        if vocative:
+            sentence = vocative[0].sub("", sentence).lstrip()
+    if vocative:
+        sentence = vocative[1].sub("", sentence)
     return sentence
 
 
