@@ -38,6 +38,7 @@ class AppendResult:
     episodes: int  # episodes in the open chunk after the append
     words: int
     already_extracted: bool = False
+    overflow: bool = False  # not appended: the open chunk is too full for it
 
 
 class ChunkStore:
@@ -60,13 +61,21 @@ class ChunkStore:
         return f"{self.keys.prefix}:open-chunk-tenants"
 
     async def append(
-        self, tenant: str, conversation: str, episode_id: str, words: int, now: float
+        self,
+        tenant: str,
+        conversation: str,
+        episode_id: str,
+        words: int,
+        now: float,
+        limit: int = 0,
     ) -> AppendResult:
+        """Add an episode to the open chunk (one round trip). With a word ``limit``, an
+        episode that would take a non-empty chunk over it is not added (``overflow``)."""
         lst, meta = self._k(tenant, conversation)
         with store_errors():
             n, w = await self._append(
                 keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
-                args=[episode_id, words, repr(now), conversation],
+                args=[episode_id, words, repr(now), conversation, limit],
             )
             if n > 0:
                 # A cross-tenant hint for the idle timer; outside the script because it lives
@@ -74,6 +83,8 @@ class ChunkStore:
                 await self.redis.sadd(self._tenants, tenant)
         if n == -1:
             return AppendResult(False, 0, 0, already_extracted=True)
+        if n == -3:
+            return AppendResult(False, 0, int(w), overflow=True)
         if n == -2:
             return AppendResult(False, *(await self.size(tenant, conversation)))
         return AppendResult(True, int(n), int(w))
