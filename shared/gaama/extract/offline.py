@@ -167,10 +167,16 @@ def _normalise(text: str) -> str:
     return " ".join(_ALNUM.findall(text.lower()))
 
 
-@lru_cache(maxsize=256)
-def _vocatives(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+def _vocatives(names: Sequence[str]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
     """The patterns of a name said at the start of a sentence or after its last comma."""
-    name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
+    # Longest first, so that "Melanie" is not cut to "Mel"; names of one length cannot match
+    # the same text, so their order is free: sorted, one pattern serves any order of the names.
+    return _vocative_patterns(tuple(sorted({n for n in names if n}, key=lambda n: (-len(n), n))))
+
+
+@lru_cache(maxsize=256)
+def _vocative_patterns(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+    name_alt = "|".join(re.escape(n) for n in names)
     if not name_alt:
         return None
     return (
@@ -182,7 +188,7 @@ def _vocatives(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]
 def _strip_address(sentence: str, names: Sequence[str]) -> str:
     """Remove leading interjections, discourse openers and vocatives ("Wow, Mel! ...", "Guess
     what, ...", "... , Caroline!")."""
-    vocative = _vocatives(tuple(names))
+    vocative = _vocatives(names)
     previous = None
     while previous != sentence:
         previous = sentence
