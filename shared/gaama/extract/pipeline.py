@@ -196,12 +196,19 @@ class ExtractionPipeline:
         if not np.any(centre):
             return ExtractionContext()
         in_chunk = {e.id for e in chunk}
-        hits = await self.d.index.knn(
-            tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
+        # independent reads go out together: four round trips one after another, not seven
+        hits, concepts = await asyncio.gather(
+            self.d.index.knn(
+                tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
+            ),
+            self.d.index.knn(tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]),
         )
         older = [h.id for h in hits if h.id not in in_chunk][: self.s.context_episodes]
-        nodes = await self.d.graph.get_nodes(tenant, older)
-        adj = await self.d.graph.neighbours(tenant, older)
+        nodes, adj, concept_texts = await asyncio.gather(
+            self.d.graph.get_nodes(tenant, older),
+            self.d.graph.neighbours(tenant, older),
+            self._texts(tenant, [c.id for c in concepts]),
+        )
         fact_ids = list(
             dict.fromkeys(
                 nb.node
@@ -211,10 +218,6 @@ class ExtractionPipeline:
             )
         )
         facts = await self._texts(tenant, fact_ids)
-        concepts = await self.d.index.knn(
-            tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]
-        )
-        concept_texts = await self._texts(tenant, [c.id for c in concepts])
         budget = self.s.context_words
         ctx_eps, ctx_facts = [], []
         for i in older:  # most similar first; stop at the word cap
