@@ -28,6 +28,7 @@ from typing import Any
 
 from gaama.extract.concepts import (
     DEFAULT_FUZZY_THRESHOLD,
+    Keyphrases,
     SimilarityFn,
     canonicalize_label,
     content_words,
@@ -317,8 +318,9 @@ class OfflineExtractor:
         seen_facts: set[str] = set()
 
         own: list[list[str]] = []
+        memo: Keyphrases = {}  # this chunk's only: what a chunk gives depends on it alone
         for ep in chunk:
-            labels = extract_concepts(ep.raw_text, names, _MAX_EPISODE_CONCEPTS)
+            labels = extract_concepts(ep.raw_text, names, _MAX_EPISODE_CONCEPTS, memo)
             own.append(list(dict.fromkeys(self._canonical(lb, pool) for lb in labels)))
 
         episode_concepts: dict[str, tuple[str, ...]] = {}
@@ -331,7 +333,7 @@ class OfflineExtractor:
         for ep, ep_labels in zip(chunk, own, strict=True):
             others = [s for s in speakers if s != ep.speaker]
             other = others[0] if len(speakers) == 2 and len(others) == 1 else None
-            for fact in self._facts_of(ep, other, names, vocatives, pool, ep_labels):
+            for fact in self._facts_of(ep, other, names, vocatives, pool, ep_labels, memo):
                 key = _normalise(fact.text)
                 if key not in seen_facts:
                     seen_facts.add(key)
@@ -356,6 +358,7 @@ class OfflineExtractor:
         vocatives: list[str],
         pool: list[str],
         episode_labels: list[str],
+        memo: Keyphrases,
     ) -> list[FactDraft]:
         said_on = format_day(ep.timestamp.date())
         # Names of the people talking are not content: "Thanks, Caroline!" says nothing.
@@ -382,7 +385,7 @@ class OfflineExtractor:
             dated = resolution.resolved or has_absolute_date(sentence)
             labels = [
                 self._canonical(lb, pool)
-                for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS)
+                for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS, memo)
             ]
             if not labels:
                 # Fall back on the turn's own topic, never on one inherited from a neighbour.
