@@ -86,3 +86,15 @@ async def test_append_refuses_a_turn_that_would_overflow(settings, graph):
     assert long.added and long.words == 50
     # without a limit nothing is refused
     assert (await chunks.append("acme", "c1", "ep_2", 3, 5.0)).added
+
+
+async def test_the_idle_hint_is_set_when_a_chunk_opens_and_on_redelivery(settings, graph):
+    chunks = ChunkStore(graph.redis, graph.keys)
+    hints = f"{graph.keys.prefix}:open-chunk-tenants"
+    await chunks.append("acme", "c1", "ep_1", 3, 1.0)
+    assert await graph.redis.smembers(hints) == {b"acme"}
+    await graph.redis.srem(hints, "acme")  # as if Redis lost it (or idle() pruned it)
+    await chunks.append("acme", "c1", "ep_2", 3, 2.0)  # one round trip: no hint
+    assert await graph.redis.smembers(hints) == set()
+    await chunks.append("acme", "c1", "ep_2", 3, 2.0)  # redelivered: the hint again
+    assert await chunks.idle(older_than=10.0) == [("acme", "c1")]

@@ -77,9 +77,11 @@ class ChunkStore:
                 keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
                 args=[episode_id, words, repr(now), conversation, limit],
             )
-            if n > 0:
-                # A cross-tenant hint for the idle timer; outside the script because it lives
-                # in no tenant's cluster slot. Stale entries are pruned by idle().
+            if n in (1, -2):
+                # A cross-tenant hint for the idle timer, set when a chunk opens (outside the
+                # script: it lives in no tenant's cluster slot), and again for a redelivered
+                # episode (Redis may have lost the hint but not the append). Stale entries are
+                # pruned by idle(), which puts back a tenant whose chunk opened meanwhile.
                 await self.redis.sadd(self._tenants, tenant)
         if n == -1:
             return AppendResult(False, 0, 0, already_extracted=True)
@@ -144,6 +146,10 @@ class ChunkStore:
                 )
                 if not convs and not await self.redis.zcard(self._open(tenant)):
                     await self.redis.srem(self._tenants, tenant)
+                    # A chunk may have opened between the count and the removal; its append
+                    # added the hint only once (the ZADD before the SADD), so look again.
+                    if await self.redis.zcard(self._open(tenant)):
+                        await self.redis.sadd(self._tenants, tenant)
                 out += [(tenant, _s(c)) for c in convs]
         return out[:limit]
 
