@@ -6,7 +6,7 @@ from __future__ import annotations
 import pysbd
 import pytest
 
-from gaama.extract.offline import _segmenter, _spans
+from gaama.extract.sentences import _segmenter, _spans
 
 TEXTS = [
     "",

@@ -24,7 +24,6 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from functools import lru_cache
-from typing import Any
 
 from gaama.extract.concepts import (
     DEFAULT_FUZZY_THRESHOLD,
@@ -36,6 +35,7 @@ from gaama.extract.concepts import (
 )
 from gaama.extract.dates import format_day, has_absolute_date, resolve_relative_dates
 from gaama.extract.pronouns import rewrite_pronouns
+from gaama.extract.sentences import split_sentences
 from gaama.extract.types import (
     EpisodeView,
     ExtractionContext,
@@ -74,19 +74,11 @@ _COURTESY = re.compile(
     r"|congrat\w*|thanks(?! to\b)|thank you|happy (?:birthday|anniversary|holidays)|welcome)\b",
     re.IGNORECASE,
 )
-# Clauses joined by a semicolon are two statements: one fact each.
-_CLAUSE_SPLIT = re.compile(r"\s*;\s+")
 _DAY = re.compile(
     r"\b(\d{1,2}) (January|February|March|April|May|June|July|August|September|October"
     r"|November|December),? ((?:19|20)\d\d)\b"
 )
 _MONTH_NUMBER = {calendar.month_name[n]: n for n in range(1, 13)}
-_BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
-_EXTRA_SPLIT = re.compile(r"(?<=[a-z]{2}[.!?])\s+(?=[A-Z])")
-# A spaced dash between words joins two clauses ("you won't believe it - I got the job"): each
-# is a sentence, so each becomes a fact of its own. Hyphens ("well-known") and ranges between
-# numbers ("5 - 6 hours") are not clause breaks.
-_DASH_SPLIT = re.compile(r"(?<=[^\W\d_]|[,.!?'\"])\s+[-–—]+\s+(?=[^\W\d_])")
 # Reactions to what the other person said carry no fact of their own.
 _REACTION = re.compile(
     r"^(?:that(?:'s| is| was| sounds| must| looks| seems)|this is|it(?:'s| is) so|sounds|looks|"
@@ -110,58 +102,6 @@ def _worker() -> ThreadPoolExecutor:
     # (heartbeats, timers, other conversations' Redis replies). One thread: the YAKE and pysbd
     # instances are shared and not documented as thread-safe, and the GIL allows no more anyway.
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-extractor")
-
-
-@lru_cache(maxsize=1)
-def _segmenter() -> Any:
-    # pysbd builds its rule tables on construction: one instance per process.
-    import pysbd
-    from pysbd.utils import TextSpan
-
-    class Segmenter(pysbd.Segmenter):  # type: ignore[misc]
-        def sentences_with_char_spans(self, sentences: list[str]) -> list[Any]:
-            return [TextSpan(*span) for span in _spans(self.original_text, sentences)]
-
-    return Segmenter(language="en", clean=False)
-
-
-def _spans(text: str, sentences: Sequence[str]) -> list[tuple[str, int, int]]:
-    """Where pysbd's sentences lie in ``text``, each with the whitespace after it, as pysbd
-    finds them (each one's first occurrence ending after the previous one's end), without the
-    regular expression pysbd compiles for every sentence: those fill Python's pattern cache
-    and evict the patterns the rest of the extractor uses."""
-    out: list[tuple[str, int, int]] = []
-    prior_end = 0
-    for sentence in sentences:
-        if not sentence:
-            continue  # an empty pattern would match anywhere; pysbd yields none
-        start = 0
-        while (at := text.find(sentence, start)) >= 0:
-            end = at + len(sentence)
-            while end < len(text) and text[end].isspace():
-                end += 1
-            if end > prior_end:
-                out.append((text[at:end], at, end))
-                prior_end = end
-                break
-            start = end  # the next match starts after this one, as re.finditer's would
-    return out
-
-
-def _split_sentences(text: str) -> list[str]:
-    # A bracketed note such as "[shares a photo of a bowl]" becomes a sentence of its own.
-    text = _BRACKETED.sub(lambda m: ". " + m.group(1).strip() + ". ", text.replace("’", "'"))
-    sentences: list[str] = []
-    for part in _segmenter().segment(text):
-        # pysbd sometimes keeps "... to me. I ran ..." together; split again where a lower-case
-        # word ends a sentence and a capital starts the next (abbreviations end otherwise).
-        for piece in _EXTRA_SPLIT.split(part):
-            for n, clause in enumerate(_CLAUSE_SPLIT.split(piece)):
-                # A clause after a semicolon has its subject ("...; my kids hiked"): capitalised,
-                # it is not taken for a subject-less note such as "shares a photo of ...".
-                clause = clause[:1].upper() + clause[1:] if n else clause
-                sentences.extend(c.strip() for c in _DASH_SPLIT.split(clause) if c.strip(" .,-–—"))
-    return sentences
 
 
 def _normalise(text: str) -> str:
@@ -364,7 +304,7 @@ class OfflineExtractor:
         # Names of the people talking are not content: "Thanks, Caroline!" says nothing.
         people = {w.lower() for n in vocatives for w in n.split()}
         facts: list[FactDraft] = []
-        for raw in _split_sentences(ep.raw_text):
+        for raw in split_sentences(ep.raw_text):
             sentence = _strip_address(raw, vocatives)
             if not sentence or sentence.rstrip().endswith("?"):
                 continue
