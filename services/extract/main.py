@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 
+from gaama import coalesce
 from gaama.extract.factory import build_extractor
 from gaama.extract.pipeline import ExtractDeps, ExtractionPipeline
 from gaama.metrics import llm_metrics
@@ -25,7 +26,9 @@ def wire(svc: Service) -> StageApp:
             graph=stores.graph,
             index=stores.index,
             chunks=ChunkStore(stores.redis, stores.graph.keys),
-            embedder=svc.embedder,
+            # Chunks that close side by side (their LLM calls return together) embed their
+            # facts and labels in one batch (GAAMA_EMBED_COALESCE_MS; 0 = off).
+            embedder=coalesce.for_queries(svc.embedder, settings),
             extractor=extractor,
             llm_metrics=lm,
             outbox=outbox,

@@ -34,6 +34,7 @@ from gaama.extract.vocabulary import (
 __all__ = [
     "DEFAULT_FUZZY_THRESHOLD",
     "GENERIC_WORDS",
+    "Keyphrases",
     "SimilarityFn",
     "canonicalize_label",
     "canonicalize_labels",
@@ -65,6 +66,19 @@ def _keyword_extractor() -> Any:
     import yake
 
     return yake.KeywordExtractor(lan="en", n=3, top=12, stopwords=set(STOPWORDS))
+
+
+#: YAKE's keyphrases of texts already read, by text (see :func:`extract_concepts`).
+Keyphrases = dict[str, tuple[tuple[str, float], ...]]
+
+
+def _keyphrases(text: str, memo: Keyphrases | None) -> tuple[tuple[str, float], ...]:
+    if memo is not None and (known := memo.get(text)) is not None:
+        return known
+    found = tuple(_keyword_extractor().extract_keywords(text))
+    if memo is not None:
+        memo[text] = found
+    return found
 
 
 @lru_cache(maxsize=8192)
@@ -191,13 +205,18 @@ def to_label(phrase: str, excluded: Iterable[str] = ()) -> str | None:
     return label if _LABEL_RE.match(label) else None
 
 
-def extract_concepts(text: str, names: Iterable[str] = (), max_labels: int = 3) -> list[str]:
+def extract_concepts(
+    text: str, names: Iterable[str] = (), max_labels: int = 3, memo: Keyphrases | None = None
+) -> list[str]:
     """Pick up to ``max_labels`` topic labels for a piece of conversation.
 
     Args:
         text: What was said (before pronoun rewriting; names are excluded anyway).
         names: People's names to keep out of labels (the speakers, at least).
         max_labels: Upper bound on the number of labels.
+        memo: Keyphrases of texts read before, filled as texts are read: YAKE is most of the
+            offline extractor's time, and within one chunk it sees most texts twice (a turn of
+            one sentence is read for the episode's concepts and again for its fact's).
 
     Returns:
         Distinct snake_case labels, best first; empty when the text has no topic
@@ -206,7 +225,7 @@ def extract_concepts(text: str, names: Iterable[str] = (), max_labels: int = 3) 
     if max_labels <= 0 or not text.strip():
         return []
     excluded = _excluded_names(text, names)
-    keyphrases: list[tuple[str, float]] = _keyword_extractor().extract_keywords(text)
+    keyphrases = _keyphrases(text, memo)
     # YAKE scores: lower is better. Sort on (score, phrase) so ties break the same way always.
     # Single words are weaker topics than phrases ("lake_sunrise" over "painted"): halve their
     # rank by doubling the score.

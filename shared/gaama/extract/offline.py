@@ -24,10 +24,10 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from functools import lru_cache
-from typing import Any
 
 from gaama.extract.concepts import (
     DEFAULT_FUZZY_THRESHOLD,
+    Keyphrases,
     SimilarityFn,
     canonicalize_label,
     content_words,
@@ -35,6 +35,7 @@ from gaama.extract.concepts import (
 )
 from gaama.extract.dates import format_day, has_absolute_date, resolve_relative_dates
 from gaama.extract.pronouns import rewrite_pronouns
+from gaama.extract.sentences import split_sentences
 from gaama.extract.types import (
     EpisodeView,
     ExtractionContext,
@@ -73,19 +74,11 @@ _COURTESY = re.compile(
     r"|congrat\w*|thanks(?! to\b)|thank you|happy (?:birthday|anniversary|holidays)|welcome)\b",
     re.IGNORECASE,
 )
-# Clauses joined by a semicolon are two statements: one fact each.
-_CLAUSE_SPLIT = re.compile(r"\s*;\s+")
 _DAY = re.compile(
     r"\b(\d{1,2}) (January|February|March|April|May|June|July|August|September|October"
     r"|November|December),? ((?:19|20)\d\d)\b"
 )
 _MONTH_NUMBER = {calendar.month_name[n]: n for n in range(1, 13)}
-_BRACKETED = re.compile(r"\s*\[([^\]]*)\]")
-_EXTRA_SPLIT = re.compile(r"(?<=[a-z]{2}[.!?])\s+(?=[A-Z])")
-# A spaced dash between words joins two clauses ("you won't believe it - I got the job"): each
-# is a sentence, so each becomes a fact of its own. Hyphens ("well-known") and ranges between
-# numbers ("5 - 6 hours") are not clause breaks.
-_DASH_SPLIT = re.compile(r"(?<=[^\W\d_]|[,.!?'\"])\s+[-–—]+\s+(?=[^\W\d_])")
 # Reactions to what the other person said carry no fact of their own.
 _REACTION = re.compile(
     r"^(?:that(?:'s| is| was| sounds| must| looks| seems)|this is|it(?:'s| is) so|sounds|looks|"
@@ -93,6 +86,7 @@ _REACTION = re.compile(
     re.IGNORECASE,
 )
 _WORD = re.compile(r"[A-Za-z][A-Za-z']*")
+_ALNUM = re.compile(r"[a-z0-9]+")
 _HEDGES = (
     re.compile(r"\b(?:maybe|perhaps|probably|possibly|hopefully|might|not sure|unsure)\b", re.I),
     re.compile(r"\bI (?:think|guess|believe|suppose|hope)\b", re.I),
@@ -110,47 +104,41 @@ def _worker() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=1, thread_name_prefix="offline-extractor")
 
 
-@lru_cache(maxsize=1)
-def _segmenter() -> Any:
-    # pysbd builds its rule tables on construction: one instance per process.
-    import pysbd
-
-    return pysbd.Segmenter(language="en", clean=False)
-
-
-def _split_sentences(text: str) -> list[str]:
-    # A bracketed note such as "[shares a photo of a bowl]" becomes a sentence of its own.
-    text = _BRACKETED.sub(lambda m: ". " + m.group(1).strip() + ". ", text.replace("’", "'"))
-    sentences: list[str] = []
-    for part in _segmenter().segment(text):
-        # pysbd sometimes keeps "... to me. I ran ..." together; split again where a lower-case
-        # word ends a sentence and a capital starts the next (abbreviations end otherwise).
-        for piece in _EXTRA_SPLIT.split(part):
-            for n, clause in enumerate(_CLAUSE_SPLIT.split(piece)):
-                # A clause after a semicolon has its subject ("...; my kids hiked"): capitalised,
-                # it is not taken for a subject-less note such as "shares a photo of ...".
-                clause = clause[:1].upper() + clause[1:] if n else clause
-                sentences.extend(c.strip() for c in _DASH_SPLIT.split(clause) if c.strip(" .,-–—"))
-    return sentences
-
-
 def _normalise(text: str) -> str:
-    return " ".join(re.findall(r"[a-z0-9]+", text.lower()))
+    return " ".join(_ALNUM.findall(text.lower()))
+
+
+def _vocatives(names: Sequence[str]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+    """The patterns of a name said at the start of a sentence or after its last comma."""
+    # Longest first, so that "Melanie" is not cut to "Mel"; names of one length cannot match
+    # the same text, so their order is free: sorted, one pattern serves any order of the names.
+    return _vocative_patterns(tuple(sorted({n for n in names if n}, key=lambda n: (-len(n), n))))
+
+
+@lru_cache(maxsize=256)
+def _vocative_patterns(names: tuple[str, ...]) -> tuple[re.Pattern[str], re.Pattern[str]] | None:
+    name_alt = "|".join(re.escape(n) for n in names)
+    if not name_alt:
+        return None
+    return (
+        re.compile(rf"^(?:{name_alt})\b[\s,!.:;-]*"),
+        re.compile(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)"),
+    )
 
 
 def _strip_address(sentence: str, names: Sequence[str]) -> str:
     """Remove leading interjections, discourse openers and vocatives ("Wow, Mel! ...", "Guess
     what, ...", "... , Caroline!")."""
-    name_alt = "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True) if n)
+    vocative = _vocatives(names)
     previous = None
     while previous != sentence:
         previous = sentence
         sentence = _LEADING_FILLER.sub("", sentence).lstrip()
         sentence = _OPENER.sub("", sentence).lstrip()
-        if name_alt:
-            sentence = re.sub(rf"^(?:{name_alt})\b[\s,!.:;-]*", "", sentence).lstrip()
-    if name_alt:
-        sentence = re.sub(rf",\s*(?:{name_alt})\s*(?=[.!?]*$)", "", sentence)
+        if vocative:
+            sentence = vocative[0].sub("", sentence).lstrip()
+    if vocative:
+        sentence = vocative[1].sub("", sentence)
     return sentence
 
 
@@ -270,8 +258,9 @@ class OfflineExtractor:
         seen_facts: set[str] = set()
 
         own: list[list[str]] = []
+        memo: Keyphrases = {}  # this chunk's only: what a chunk gives depends on it alone
         for ep in chunk:
-            labels = extract_concepts(ep.raw_text, names, _MAX_EPISODE_CONCEPTS)
+            labels = extract_concepts(ep.raw_text, names, _MAX_EPISODE_CONCEPTS, memo)
             own.append(list(dict.fromkeys(self._canonical(lb, pool) for lb in labels)))
 
         episode_concepts: dict[str, tuple[str, ...]] = {}
@@ -284,7 +273,7 @@ class OfflineExtractor:
         for ep, ep_labels in zip(chunk, own, strict=True):
             others = [s for s in speakers if s != ep.speaker]
             other = others[0] if len(speakers) == 2 and len(others) == 1 else None
-            for fact in self._facts_of(ep, other, names, vocatives, pool, ep_labels):
+            for fact in self._facts_of(ep, other, names, vocatives, pool, ep_labels, memo):
                 key = _normalise(fact.text)
                 if key not in seen_facts:
                     seen_facts.add(key)
@@ -309,12 +298,13 @@ class OfflineExtractor:
         vocatives: list[str],
         pool: list[str],
         episode_labels: list[str],
+        memo: Keyphrases,
     ) -> list[FactDraft]:
         said_on = format_day(ep.timestamp.date())
         # Names of the people talking are not content: "Thanks, Caroline!" says nothing.
         people = {w.lower() for n in vocatives for w in n.split()}
         facts: list[FactDraft] = []
-        for raw in _split_sentences(ep.raw_text):
+        for raw in split_sentences(ep.raw_text):
             sentence = _strip_address(raw, vocatives)
             if not sentence or sentence.rstrip().endswith("?"):
                 continue
@@ -335,7 +325,7 @@ class OfflineExtractor:
             dated = resolution.resolved or has_absolute_date(sentence)
             labels = [
                 self._canonical(lb, pool)
-                for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS)
+                for lb in extract_concepts(sentence, names, _MAX_FACT_CONCEPTS, memo)
             ]
             if not labels:
                 # Fall back on the turn's own topic, never on one inherited from a neighbour.

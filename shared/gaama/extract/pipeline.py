@@ -28,7 +28,8 @@ from gaama.errors import NodesGone, RetryableError, StoreUnavailable
 from gaama.events import EpisodeStored, FactsExtracted, encode
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
-from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext, FactDraft
+from gaama.extract.dedupe import FactDedupe, fact_writes
+from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
@@ -80,17 +81,20 @@ class ExtractionPipeline:
         out: list[FactsExtracted] = []
         t, conv = ev.tenant, ev.conversation
         words = max(1, word_count(ev.raw_text))
-        n, open_words = await self.d.chunks.size(t, conv)
-        if n and open_words + words > self.s.chunk_words:
+        res = await self.d.chunks.append(
+            t, conv, ev.episode_id, words, self._now(), self.s.chunk_words
+        )
+        if res.overflow:
             # this turn would overflow the open chunk: close it first, never split a turn
             out += await self._close_all(t, conv, "full")
-            n, open_words = await self.d.chunks.size(t, conv)
-            if n and open_words + words > self.s.chunk_words:
+            res = await self.d.chunks.append(
+                t, conv, ev.episode_id, words, self._now(), self.s.chunk_words
+            )
+            if res.overflow:
                 # Another worker holds the close (or held it and died: its lock expires within
                 # GAAMA_CHUNK_LOCK_S). Appending now would overfill the chunk and move every
                 # later boundary; the runtime retries this record instead.
                 raise RetryableError(f"the open chunk of {t}/{conv} is being closed elsewhere")
-        res = await self.d.chunks.append(t, conv, ev.episode_id, words, self._now())
         if res.already_extracted:
             return out
         if ev.end_of_session:
@@ -192,12 +196,19 @@ class ExtractionPipeline:
         if not np.any(centre):
             return ExtractionContext()
         in_chunk = {e.id for e in chunk}
-        hits = await self.d.index.knn(
-            tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
+        # independent reads go out together: four round trips one after another, not seven
+        hits, concepts = await asyncio.gather(
+            self.d.index.knn(
+                tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
+            ),
+            self.d.index.knn(tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]),
         )
         older = [h.id for h in hits if h.id not in in_chunk][: self.s.context_episodes]
-        nodes = await self.d.graph.get_nodes(tenant, older)
-        adj = await self.d.graph.neighbours(tenant, older)
+        nodes, adj, concept_texts = await asyncio.gather(
+            self.d.graph.get_nodes(tenant, older),
+            self.d.graph.neighbours(tenant, older),
+            self._texts(tenant, [c.id for c in concepts]),
+        )
         fact_ids = list(
             dict.fromkeys(
                 nb.node
@@ -207,10 +218,6 @@ class ExtractionPipeline:
             )
         )
         facts = await self._texts(tenant, fact_ids)
-        concepts = await self.d.index.knn(
-            tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]
-        )
-        concept_texts = await self._texts(tenant, [c.id for c in concepts])
         budget = self.s.context_words
         ctx_eps, ctx_facts = [], []
         for i in older:  # most similar first; stop at the word cap
@@ -245,8 +252,14 @@ class ExtractionPipeline:
             return np.zeros((0, self.d.embedder.dim), dtype=np.float32)
         return await self.d.embedder.embed(texts)
 
-    async def _canonical_concepts(
-        self, tenant: str, labels: list[str]
+    def _canonical_concepts(
+        self,
+        tenant: str,
+        labels: list[str],
+        unseen: list[str],
+        vecs: np.ndarray,
+        searches: list[list[Any]],
+        found: dict[str, str],
     ) -> tuple[dict[str, str], dict[str, Node]]:
         """Map each distinct raw label to its canonical label; new concept nodes (with vectors)
         by label.
@@ -254,23 +267,12 @@ class ExtractionPipeline:
         Reuse order: the same label (same id), an existing concept whose embedding is within
         ``concept_merge_similarity``, a string near-duplicate among the nearest existing labels
         or the labels of this chunk. Concepts never merge across tenants: every lookup is scoped.
-        Only labels the tenant does not hold yet are embedded (in one call) and searched for
-        (one nearest-neighbour search each, whatever the tenant's number of concepts; the
-        searches run concurrently and their nodes' texts are read in one round trip).
+        Only the ``unseen`` labels (those the tenant does not hold yet) were embedded (``vecs``)
+        and searched for (``searches``: one nearest-neighbour search each, whatever the tenant's
+        number of concepts; ``found``: the texts of their hits).
         """
         mapping: dict[str, str] = {}
         new: dict[str, Node] = {}
-        if not labels:
-            return mapping, new
-        present = await self.d.graph.existing(tenant, [ids.concept_id(tenant, x) for x in labels])
-        unseen = [x for x in labels if ids.concept_id(tenant, x) not in present]
-        vecs = await self._embed([label_text(x) for x in unseen])
-        searches = await asyncio.gather(
-            *(self.d.index.knn(tenant, v, 5, kinds=[NodeKind.CONCEPT]) for v in vecs)
-        )
-        found = await self._texts(
-            tenant, list(dict.fromkeys(h.id for hits in searches for h in hits))
-        )
         for label, vec, hits in zip(unseen, vecs, searches, strict=True):
             near = {h.id: found[h.id] for h in hits if h.id in found}
             if (
@@ -313,21 +315,58 @@ class ExtractionPipeline:
         by_id = {e.id: e for e in chunk}
         raw_labels = [lab for labs in result.episode_concepts.values() for lab in labs]
         raw_labels += [lab for f in result.facts for lab in f.concepts]
-        mapping, new_concepts = await self._canonical_concepts(
-            tenant, list(dict.fromkeys(raw_labels))
+        labels = list(dict.fromkeys(raw_labels))
+        own_id = {  # the facts that can be stored: a source in this chunk, and a text
+            i: ids.fact_id(tenant, d.text)
+            for i, d in enumerate(result.facts)
+            if d.text.strip() and any(s in chunk_ids for s in d.source_episode_ids)
+        }
+        label_ids = [ids.concept_id(tenant, x) for x in labels]
+        present = await self.d.graph.existing(tenant, [*label_ids, *own_id.values()])
+        unseen = [x for x, i in zip(labels, label_ids, strict=True) if i not in present]
+        # Only new texts are embedded, labels and facts in one call, and searched for: a label
+        # the tenant holds is its own canonical one, a stored fact its own duplicate.
+        first = {f: i for i, f in reversed(list(own_id.items()))}
+        searched = list(dict.fromkeys(f for f in own_id.values() if f not in present))
+        vecs = await self._embed(
+            [label_text(x) for x in unseen] + [result.facts[first[f]].text for f in searched]
         )
-        # apart from the labels: a batch is padded to its longest text, and labels are short
-        fact_vecs = await self._embed([d.text for d in result.facts])
+        label_vecs, fact_vecs = vecs[: len(unseen)], vecs[len(unseen) :]
+        label_hits, fact_hits = await asyncio.gather(
+            asyncio.gather(
+                *(self.d.index.knn(tenant, v, 5, kinds=[NodeKind.CONCEPT]) for v in label_vecs)
+            ),
+            asyncio.gather(
+                *(
+                    self.d.index.knn(
+                        tenant,
+                        v,
+                        1,
+                        kinds=[NodeKind.FACT],
+                        subject=result.facts[first[f]].subject or None,
+                    )
+                    for f, v in zip(searched, fact_vecs, strict=True)
+                )
+            ),
+        )
+        found = await self._texts(
+            tenant, list(dict.fromkeys(h.id for hits in label_hits for h in hits))
+        )
+        mapping, new_concepts = self._canonical_concepts(
+            tenant, labels, unseen, label_vecs, label_hits, found
+        )
         cid = {lab: ids.concept_id(tenant, mapping[lab]) for lab in mapping}
 
         edges: list[Edge] = []
-        for eid, labels in result.episode_concepts.items():
+        for eid, of_episode in result.episode_concepts.items():
             if eid in chunk_ids:
                 edges += [
-                    Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(labels)
+                    Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(of_episode)
                 ]
-        fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await self._facts(
-            tenant, conversation, result.facts, fact_vecs, chunk_ids, by_id
+        dedupe = FactDedupe(own_id, present, dict(zip(searched, fact_vecs, strict=True)))
+        dedupe.near_duplicates(searched, fact_hits, self.s.fact_dedupe_similarity)
+        fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await fact_writes(
+            self.d.graph, self._embed, tenant, conversation, result.facts, dedupe, chunk_ids, by_id
         )
         for draft, fid in zip(result.facts, all_fact_ids, strict=True):
             if fid is None:
@@ -382,85 +421,3 @@ class ExtractionPipeline:
             len(new_concepts),
         )
         return event
-
-    async def _facts(
-        self,
-        tenant: str,
-        conversation: str,
-        drafts: list[FactDraft],
-        vecs: np.ndarray,
-        chunk_ids: set[str],
-        by_id: dict[str, EpisodeView],
-    ) -> tuple[list[Node], dict[str, dict[str, str]], list[str | None], list[str]]:
-        """Dedupe facts (``vecs``: their embeddings, in order): same text → same id; a
-        near-duplicate of the same tenant and subject (cosine ≥ fact_dedupe_similarity) → the
-        existing fact, which gains the new sources.
-
-        A fixed number of round trips per chunk: which ids exist (one), the nearest same-subject
-        fact of each new text (concurrent searches), the sources of the existing ones (one)."""
-        if not drafts:
-            return [], {}, [], []
-        sourced = [
-            (draft, vec, [s for s in draft.source_episode_ids if s in chunk_ids])
-            for draft, vec in zip(drafts, vecs, strict=True)
-        ]
-        usable = [i for i, (d, _, src) in enumerate(sourced) if src and d.text.strip()]
-        own_id = {i: ids.fact_id(tenant, sourced[i][0].text) for i in usable}
-        stored = await self.d.graph.existing(tenant, list(dict.fromkeys(own_id.values())))
-        # Drafts whose text is new search for a near-duplicate; a text repeated in the chunk
-        # finds the same one each time.
-        searched = list(dict.fromkeys(f for f in own_id.values() if f not in stored))
-        first = {f: i for i, f in reversed(list(own_id.items()))}
-        searches = await asyncio.gather(
-            *(
-                self.d.index.knn(
-                    tenant,
-                    sourced[first[f]][1],
-                    1,
-                    kinds=[NodeKind.FACT],
-                    subject=sourced[first[f]][0].subject or None,
-                )
-                for f in searched
-            )
-        )
-        resolved_of = dict(own_id)
-        for f, hits in zip(searched, searches, strict=True):
-            if hits and hits[0].similarity >= self.s.fact_dedupe_similarity:
-                resolved_of.update({i: hits[0].id for i, g in own_id.items() if g == f})
-        # every stored node has a kind: a row here means the fact exists
-        mine = set(own_id.values())
-        targets = [f for f in dict.fromkeys(resolved_of.values()) if f in stored or f not in mine]
-        existing = await self.d.graph.get_fields(tenant, targets, ["sources", "kind"])
-        nodes: dict[str, Node] = {}
-        fields: dict[str, dict[str, str]] = {}
-        resolved: list[str | None] = []
-        new_ids: list[str] = []
-        for i, (draft, vec, sources) in enumerate(sourced):
-            if i not in resolved_of:
-                resolved.append(None)
-                continue
-            fid = resolved_of[i]
-            if fid in nodes:  # same fact twice in this chunk
-                prev = nodes[fid].extra["sources"].split(",")
-                nodes[fid].extra["sources"] = ",".join(dict.fromkeys(prev + sources))
-            elif fid in existing:
-                prev_raw = existing[fid][0]
-                prev = prev_raw.decode().split(",") if prev_raw else []
-                fields[fid] = {"sources": ",".join(dict.fromkeys(prev + sources))}
-            else:
-                times = [by_id[s].timestamp.timestamp() for s in sources]
-                nodes[fid] = Node(
-                    id=fid,
-                    tenant=tenant,
-                    kind=NodeKind.FACT,
-                    text=draft.text,
-                    time=max(times),
-                    conversation=conversation,
-                    subject=draft.subject,
-                    belief=draft.belief,
-                    vector=vec.tolist(),
-                    extra={"sources": ",".join(sources)},
-                )
-                new_ids.append(fid)
-            resolved.append(fid)
-        return list(nodes.values()), fields, resolved, new_ids

@@ -38,6 +38,7 @@ class AppendResult:
     episodes: int  # episodes in the open chunk after the append
     words: int
     already_extracted: bool = False
+    overflow: bool = False  # not appended: the open chunk is too full for it
 
 
 class ChunkStore:
@@ -60,20 +61,32 @@ class ChunkStore:
         return f"{self.keys.prefix}:open-chunk-tenants"
 
     async def append(
-        self, tenant: str, conversation: str, episode_id: str, words: int, now: float
+        self,
+        tenant: str,
+        conversation: str,
+        episode_id: str,
+        words: int,
+        now: float,
+        limit: int = 0,
     ) -> AppendResult:
+        """Add an episode to the open chunk (one round trip). With a word ``limit``, an
+        episode that would take a non-empty chunk over it is not added (``overflow``)."""
         lst, meta = self._k(tenant, conversation)
         with store_errors():
             n, w = await self._append(
                 keys=[lst, meta, self.keys.node(tenant, episode_id), self._open(tenant)],
-                args=[episode_id, words, repr(now), conversation],
+                args=[episode_id, words, repr(now), conversation, limit],
             )
-            if n > 0:
-                # A cross-tenant hint for the idle timer; outside the script because it lives
-                # in no tenant's cluster slot. Stale entries are pruned by idle().
+            if n in (1, -2):
+                # A cross-tenant hint for the idle timer, set when a chunk opens (outside the
+                # script: it lives in no tenant's cluster slot), and again for a redelivered
+                # episode (Redis may have lost the hint but not the append). Stale entries are
+                # pruned by idle(), which puts back a tenant whose chunk opened meanwhile.
                 await self.redis.sadd(self._tenants, tenant)
         if n == -1:
             return AppendResult(False, 0, 0, already_extracted=True)
+        if n == -3:
+            return AppendResult(False, 0, int(w), overflow=True)
         if n == -2:
             return AppendResult(False, *(await self.size(tenant, conversation)))
         return AppendResult(True, int(n), int(w))
@@ -133,6 +146,10 @@ class ChunkStore:
                 )
                 if not convs and not await self.redis.zcard(self._open(tenant)):
                     await self.redis.srem(self._tenants, tenant)
+                    # A chunk may have opened between the count and the removal; its append
+                    # added the hint only once (the ZADD before the SADD), so look again.
+                    if await self.redis.zcard(self._open(tenant)):
+                        await self.redis.sadd(self._tenants, tenant)
                 out += [(tenant, _s(c)) for c in convs]
         return out[:limit]
 
