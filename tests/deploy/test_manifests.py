@@ -71,7 +71,9 @@ TARGETS = ("base", "base+keda", "dev", "prod")
 SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
     "ingest": [lambda r: gm.stage_metrics("ingest", r), lambda r: gm.embed_metrics("ingest", r)],
     "extract": [
-        lambda r: gm.stage_metrics("extract", r, tasks=("consumer_lag", "idle_chunks", "outbox")),
+        lambda r: gm.stage_metrics(
+            "extract", r, tasks=("consumer_lag", "progress", "idle_chunks", "outbox")
+        ),
         lambda r: gm.embed_metrics("extract", r),
         lambda r: gm.llm_metrics("extract", r),
     ],
