@@ -162,8 +162,8 @@ class ExtractionPipeline:
             # The renewal ends on the event; the cancel only cuts short a renewal in flight. A
             # cancel alone is not enough: on Python 3.11 redis-py loses a cancellation that
             # arrives just as its socket write completes (its asyncio.wait_for returns the
-            # write's result instead, CPython gh-86296), and a renewal that missed its cancel
-            # renewed the lock for ever while this close waited for it: the consumer stopped.
+            # write's result instead, CPython gh-86296), and a renewal that misses its cancel
+            # would renew the lock for ever while this close waits for it.
             released.set()
             lease.cancel()
             # asyncio.wait, not `await lease`: a cancellation of this close must not be
