@@ -38,7 +38,7 @@ def wire(svc: Service) -> StageApp:
 
 
 def main() -> int:
-    return serve("extract", wire, tasks=("consumer_lag", "idle_chunks", "outbox"))
+    return serve("extract", wire, tasks=("consumer_lag", "progress", "idle_chunks", "outbox"))
 
 
 if __name__ == "__main__":

@@ -34,6 +34,7 @@ from services.runtime.http import (
 )
 from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
+from services.runtime.progress import Progress
 from services.runtime.stall import Stall
 from services.runtime.worker import StageApp, serve_http, stage_app, stage_ready
 
@@ -59,7 +60,9 @@ def build_app(
         batch_size=s.ingest_batch,
         window_s=s.ingest_batch_window_s,
     )
-    api = create_http_app(deps, registry, stage_ready(app, ready), producer, stall=app.stall)
+    api = create_http_app(
+        deps, registry, stage_ready(app, ready), producer, stall=app.stall, progress=app.progress
+    )
     serve_http(app, api, s)
     return app
 
@@ -71,9 +74,11 @@ def create_http_app(
     producer: EventProducer,
     *,
     stall: Stall | None = None,
+    progress: Progress | None = None,
 ) -> FastAPI:
     """The ingest HTTP app (tests serve it in-process with any producer); ``stall`` is the
-    consumer's outage state, shown by the health pages."""
+    consumer's outage state and ``progress`` its no-progress watchdog, shown by the health
+    pages."""
     s = deps.settings
 
     @asynccontextmanager
@@ -110,7 +115,7 @@ def create_http_app(
     async def readiness() -> str | None:
         return await ready() or await producer.ready()
 
-    add_ops_routes(api, registry, readiness, s, stall=stall)
+    add_ops_routes(api, registry, readiness, s, stall=stall, progress=progress)
 
     @api.post("/v1/turns", status_code=202)
     async def post_turns(request: Request) -> JSONResponse:

@@ -142,7 +142,7 @@ class Service:
 def serve(
     name: str,
     wire: Callable[[Service], StageApp],
-    tasks: Sequence[str] = ("consumer_lag",),
+    tasks: Sequence[str] = ("consumer_lag", "progress"),
 ) -> int:
     """Start the stage ``name``: logging, settings (a bad one: the message and exit code 2),
     metrics, embedder and stores; ``wire`` builds the faust app from them, which then runs."""

@@ -26,6 +26,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gaama.config import ApiKey, Settings
 from gaama.errors import GaamaError, LLMOutputError, NotFound, RetryableError, ValidationError
 from services.runtime.auth import Authenticator, AuthError, metrics_allowed
+from services.runtime.progress import Progress
 from services.runtime.stall import Stall
 
 ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
@@ -199,6 +200,7 @@ def add_ops_routes(
     *,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
     stall: Stall | None = None,
+    progress: Progress | None = None,
 ) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` (not in the OpenAPI document).
 
@@ -207,6 +209,8 @@ def add_ops_routes(
         stall: A consumer stage's outage state: while it retries one, ``/healthz`` says
             ``stalled`` (still 200: a restart would not help) and ``/readyz`` answers 503 with
             the reason and since when.
+        progress: A consumer stage's no-progress watchdog: once it trips, ``/healthz`` and
+            ``/readyz`` answer 503 (``"status": "no_progress"``): only a restart helps.
     """
 
     @app.get("/metrics", include_in_schema=False)
@@ -221,13 +225,18 @@ def add_ops_routes(
         now = stall.current() if stall is not None else None
         return None if now is None else now.as_json()
 
+    def wedged() -> dict[str, str] | None:
+        return progress.wedged() if progress is not None else None
+
     @app.get("/healthz", include_in_schema=False)
-    async def healthz() -> dict[str, str]:
-        return stalled() or {"status": "ok"}
+    async def healthz() -> JSONResponse:
+        if (state := wedged()) is not None:
+            return JSONResponse(state, 503)
+        return JSONResponse(stalled() or {"status": "ok"}, 200)
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
-        if (state := stalled()) is not None:
+        if (state := wedged() or stalled()) is not None:
             return JSONResponse(state, 503)
         reason = await ready()
         if reason is not None:
@@ -242,8 +251,9 @@ def ops_app(
     settings: Settings,
     *,
     stall: Stall | None = None,
+    progress: Progress | None = None,
 ) -> FastAPI:
     """The HTTP app of a consumer without endpoints of its own: the ops routes only."""
     app = FastAPI(title=f"GAAMA {service}", openapi_url=None, docs_url=None, redoc_url=None)
-    add_ops_routes(app, registry, ready, settings, stall=stall)
+    add_ops_routes(app, registry, ready, settings, stall=stall, progress=progress)
     return app

@@ -58,6 +58,7 @@ class LagMonitor:
         self.gauge = gauge
         self.timeout_s = timeout_s
         self._seen: dict[int, int] = {}
+        self._ends: dict[int, int] = {}  # the last high-water marks ListOffsets reported
         for p in range(partitions):  # every partition's series exists from the start, at 0
             gauge.labels(topic, str(p)).set(0)
 
@@ -91,6 +92,27 @@ class LagMonitor:
                 return False
         return True
 
+    def backlog(self) -> dict[int, tuple[int | None, int]]:
+        """Per owned partition, the group's committed offset (None before the first commit)
+        and the highest high-water mark known here (the last fetch, the last ListOffsets, the
+        records read), from local state only (no request); empty without an assignment."""
+        consumer = self.app.consumer
+        try:
+            owned = [tp for tp in consumer.assignment() if tp.topic == self.topic]
+        except ConsumerNotStarted:
+            return {}
+        committed = getattr(consumer, "_committed_offset", {})
+        out: dict[int, tuple[int | None, int]] = {}
+        for tp in owned:
+            seen = self._seen.get(tp.partition)
+            high = max(
+                _fetched_highwater(consumer, tp) or 0,
+                self._ends.get(tp.partition, 0),
+                seen + 1 if seen is not None else 0,
+            )
+            out[tp.partition] = (committed.get(tp), high)
+        return out
+
     async def refresh(self) -> dict[int, int]:
         """Set the gauge for every partition of the topic; returns the lag of owned ones."""
         consumer = self.app.consumer
@@ -112,6 +134,7 @@ class LagMonitor:
             committed = getattr(consumer, "_committed_offset", {})
             read = getattr(consumer, "_read_offset", {})
             for tp in owned:
+                self._ends[tp.partition] = _int(ends.get(tp), 0)
                 seen = max(self._seen.get(tp.partition, -1), _int(read.get(tp), -1))
                 lags[tp.partition] = partition_lag(
                     end=max(_int(ends.get(tp), 0), _int(_fetched_highwater(consumer, tp), 0)),

@@ -37,6 +37,7 @@ from services.runtime.background import Periodic
 from services.runtime.http import ReadyCheck, ops_app
 from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, backoff_delay, process_batch
+from services.runtime.progress import Progress
 from services.runtime.records import BatchResult, Record
 from services.runtime.shutdown import Drain
 from services.runtime.stall import Stall
@@ -60,11 +61,13 @@ MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
 
 
 class StageApp(faust.App):
-    """A stage's faust app, with the :class:`Drain` its agent and its worker share, and the
-    :class:`Stall` its retries report to and its health pages read."""
+    """A stage's faust app, with the :class:`Drain` its agent and its worker share, the
+    :class:`Stall` its retries report to and its health pages read, and the :class:`Progress`
+    watchdog those pages read too."""
 
     drain: Drain
     stall: Stall
+    progress: Progress | None = None
 
 
 def make_app(service: str, settings: Settings, port: int) -> StageApp:
@@ -180,8 +183,8 @@ def consume(
     batch_size: int,
     window_s: float,
 ) -> LagMonitor:
-    """Bind ``handler`` to ``source_base`` as a batching faust agent, with a timer keeping the
-    consumer lag gauge up to date."""
+    """Bind ``handler`` to ``source_base`` as a batching faust agent, with timers keeping the
+    consumer lag gauge and the no-progress watchdog up to date."""
     source = publisher.topic(source_base)
     durable = _durability(settings)
     lag = LagMonitor(
@@ -250,6 +253,21 @@ def consume(
         await tick()
 
     app.timer(interval=settings.lag_interval_s, name=f"{service}.consumer_lag")(consumer_lag)
+
+    # From local state only (no request), so a broker slow to answer ListOffsets does not delay
+    # it; its own timer, so a slow lag refresh does not either.
+    progress = app.progress = Progress(settings.progress_timeout_s, stall, metrics.no_progress)
+
+    async def observe() -> None:
+        progress.observe(lag.backlog())
+
+    watch = Periodic("progress", observe, metrics.task_failures)
+
+    async def no_progress() -> None:
+        await watch()
+
+    interval = min(settings.lag_interval_s, 5.0)
+    app.timer(interval=interval, name=f"{service}.progress")(no_progress)
     return lag
 
 
@@ -348,5 +366,12 @@ def add_ops_pages(
     app: StageApp, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
 ) -> None:
     """Serve only ``/metrics``, ``/healthz`` and ``/readyz`` (a consumer without endpoints)."""
-    api = ops_app(app.conf.id, registry, stage_ready(app, ready), settings, stall=app.stall)
+    api = ops_app(
+        app.conf.id,
+        registry,
+        stage_ready(app, ready),
+        settings,
+        stall=app.stall,
+        progress=app.progress,
+    )
     serve_http(app, api, settings)

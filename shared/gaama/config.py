@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     key_prefix: str = Field("gaama", pattern=r"^[A-Za-z0-9_\-]+$")
     # How often each consumer refreshes gaama_<service>_consumer_lag (one ListOffsets call).
     lag_interval_s: float = Field(5.0, gt=0, le=300)
+    # A consumer with input waiting that commits none of it for this long, while not stalled
+    # on a known outage, reports not live (/healthz 503) so that it is restarted; 0 = never.
+    progress_timeout_s: float = Field(600.0, ge=0, le=86400)
 
     # Durable before acknowledged: a consumer waits for Redis' AOF fsync (aof) and, with
     # replicas, for that many replicas' (durability_replicas) before committing a batch.

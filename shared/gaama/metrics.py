@@ -85,6 +85,7 @@ class StageMetrics:
     lag: Gauge
     task_failures: Counter
     stalled_since: Gauge
+    no_progress: Gauge
 
 
 def stage_metrics(
@@ -117,6 +118,11 @@ def stage_metrics(
             "Since when (Unix time) the stage has been retrying an outage of this kind and making "
             "no progress; 0 when it is not",
             ["reason"],
+        ),
+        no_progress=d.gauge(
+            "no_progress_seconds",
+            "How long the stage has had input waiting without committing any of it, not stalled "
+            "on a known outage; 0 when it makes progress or has nothing to do",
         ),
     )
     for reason in STALL_REASONS:

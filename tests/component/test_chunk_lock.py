@@ -95,3 +95,62 @@ async def test_a_long_close_keeps_its_lease(settings, graph, index, embedder) ->
     stream.extract.d.extractor.extract = slow  # type: ignore[method-assign]
     assert await stream.extract.close("acme", "c1", "idle") is not None
     assert seen == [None]
+
+
+async def test_every_close_ends_however_its_lease_renewal_meets_the_end(
+    settings, graph, index, embedder
+) -> None:
+    """A close ends its lease's renewal when it ends, wherever the renewal is: asleep, or in
+    the middle of extending the lock. The stores' client has a socket timeout (as the services'
+    has), under which redis-py on Python 3.11 loses a cancellation that arrives as its socket
+    write completes; a renewal cancelled there used to carry on renewing the lock for ever, and
+    the close waited for it: the extract consumer stopped for good with no error (chaos runs).
+    Many short closes against a 30 ms lease put the end of a close at every point of the
+    renewal, with the event loop now and then busy as it is in a working service."""
+    import random
+    import time
+
+    from gaama.store import connect
+    from gaama.store.graph import GraphStore
+    from tests.support.stream import Stream
+
+    client = connect(settings.redis_url, cluster=settings.redis_cluster, socket_timeout=10)
+    s = settings.model_copy(update={"chunk_lock_s": 0.03})
+    stream = Stream(s, GraphStore(client, graph.keys), index, embedder)
+    read = stream.chunks.episodes
+    rng = random.Random(16)
+
+    async def episodes(tenant: str, conversation: str) -> list[str]:
+        await asyncio.sleep(rng.random() * 0.03)  # the close's work: up to one lease long
+        return await read(tenant, conversation)
+
+    stream.chunks.episodes = episodes  # type: ignore[method-assign]
+
+    async def busy_loop() -> None:  # CPU work on the loop (embedding, parsing) in bursts
+        while True:
+            await asyncio.sleep(rng.random() * 0.01)
+            until = time.perf_counter() + rng.random() * 0.01
+            while time.perf_counter() < until:
+                pass
+
+    busy = asyncio.ensure_future(busy_loop())
+    stuck: set[asyncio.Future[object]] = set()
+    try:
+        for _ in range(50):
+            closes = {
+                asyncio.ensure_future(stream.extract.close("acme", f"c{i}", "idle"))
+                for i in range(20)
+            }
+            _, stuck = await asyncio.wait(closes, timeout=10)
+            if stuck:
+                break
+    finally:
+        busy.cancel()
+        for _ in range(100):  # a renewal that swallowed its cancel takes another one later
+            if all(t.done() for t in stuck):
+                break
+            for t in stuck:
+                t.cancel()
+            await asyncio.sleep(0.05)
+        await client.aclose()
+    assert not stuck, f"{len(stuck)} of 20 closes never ended (their lease renewal kept going)"

@@ -71,7 +71,9 @@ TARGETS = ("base", "base+keda", "dev", "prod")
 SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
     "ingest": [lambda r: gm.stage_metrics("ingest", r), lambda r: gm.embed_metrics("ingest", r)],
     "extract": [
-        lambda r: gm.stage_metrics("extract", r, tasks=("consumer_lag", "idle_chunks", "outbox")),
+        lambda r: gm.stage_metrics(
+            "extract", r, tasks=("consumer_lag", "progress", "idle_chunks", "outbox")
+        ),
         lambda r: gm.embed_metrics("extract", r),
         lambda r: gm.llm_metrics("extract", r),
     ],
@@ -714,6 +716,8 @@ def test_required_alerts_exist_with_runbooks() -> None:
         "GaamaLLMFailureRateHigh",
         "GaamaQueryLatencyHigh",
         "GaamaRedisMemoryHigh",
+        "GaamaStageStalled",
+        "GaamaConsumerNoProgress",
     } <= names
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")
@@ -895,8 +899,11 @@ def test_every_metric_in_dashboard_and_rules_exists() -> None:
 def test_every_alert_selects_series_its_service_registers() -> None:
     """Each alert expression selects only series that the service it is about registers (a
     registry built the way that service builds its own), e.g. the lag alerts
-    ``gaama_<stage>_consumer_lag``. That the lag series is also populated (non-zero under a
-    backlog) is shown against the real broker in tests/integration/test_consumer_lag.py."""
+    ``gaama_<stage>_consumer_lag``. That the series are also populated (non-zero when it
+    matters) is shown against the real broker and Redis: lag under a backlog in
+    tests/integration/test_consumer_lag.py, the stalled gauge under a Redis pause in
+    tests/integration/test_stall.py, the no-progress gauge of a wedged consumer in
+    tests/integration/test_no_progress.py."""
     wrong = []
     for r in alert_rules():
         stage = r.get("labels", {}).get("stage")
@@ -909,10 +916,16 @@ def test_every_alert_selects_series_its_service_registers() -> None:
             elif stage is not None and service != stage:
                 wrong.append(f"{r['alert']} (stage {stage}) selects {service}'s {name}")
     assert not wrong, "\n".join(wrong)
-    lag = [r["expr"] for r in alert_rules() if r["alert"] == "GaamaConsumerLagHigh"]
-    assert {n for e in lag for n in metric_names(e)} == {
-        f"gaama_{s}_consumer_lag" for s in CONSUMERS
+    per_stage = {
+        "GaamaConsumerLagHigh": "consumer_lag",
+        "GaamaStageStalled": "stalled_since_timestamp_seconds",
+        "GaamaConsumerNoProgress": "no_progress_seconds",
     }
+    for alert, metric in per_stage.items():
+        exprs = [r["expr"] for r in alert_rules() if r["alert"] == alert]
+        assert {n for e in exprs for n in metric_names(e)} == {
+            f"gaama_{s}_{metric}" for s in CONSUMERS
+        }, f"{alert} must cover every consumer stage"
 
 
 def test_label_values_in_queries_exist() -> None:

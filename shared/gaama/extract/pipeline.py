@@ -145,7 +145,8 @@ class ExtractionPipeline:
         if token is None:
             log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
             return None
-        lease = asyncio.create_task(self._renew(token, lock_ttl))
+        released = asyncio.Event()
+        lease = asyncio.create_task(self._renew(token, lock_ttl, released))
         try:
             for attempt in range(_GONE_RETRIES):
                 if attempt and not await self.d.chunks.extend(token, lock_ttl):
@@ -162,13 +163,26 @@ class ExtractionPipeline:
                     await self.d.chunks.remove(tenant, conversation, exc.missing, 0)
             return None
         finally:
+            # The renewal ends on the event; the cancel only cuts short a renewal in flight. A
+            # cancel alone is not enough: on Python 3.11 redis-py loses a cancellation that
+            # arrives just as its socket write completes (its asyncio.wait_for returns the
+            # write's result instead, CPython gh-86296), and a renewal that misses its cancel
+            # would renew the lock for ever while this close waits for it.
+            released.set()
             lease.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await lease
+            # asyncio.wait, not `await lease`: a cancellation of this close must not be
+            # swallowed along with the lease's own.
+            await asyncio.wait({lease})
             await self.d.chunks.unlock(tenant, conversation, token)
 
-    async def _renew(self, token: Any, ttl_s: float) -> None:
-        while await asyncio.sleep(ttl_s / 3, result=True):
+    async def _renew(self, token: Any, ttl_s: float, released: asyncio.Event) -> None:
+        """Extend the close lock every third of ``ttl_s`` until ``released`` is set."""
+        while not released.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(ttl_s / 3):
+                    await released.wait()
+            if released.is_set():
+                return
             try:
                 if not await self.d.chunks.extend(token, ttl_s):
                     return  # lost: the write's WATCH and the trim keep a second close harmless
