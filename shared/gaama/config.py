@@ -217,7 +217,10 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr | None = None
     llm_timeout_s: float = Field(60.0, gt=0, le=600)
     llm_max_retries: int = Field(4, ge=0, le=20)
-    llm_concurrency: int = Field(4, ge=1, le=256)
+    # LLM calls wait on the network, not the CPU: a replica needs as many in flight as
+    # conversations that close a chunk within one batch cycle (docs/operations.md, sizing); an
+    # endpoint's quota is kept by honouring its 429s and Retry-After, not by a low default.
+    llm_concurrency: int = Field(16, ge=1, le=256)
     llm_cassette: str | None = None  # JSONL path for record/replay
     llm_cassette_mode: Literal["off", "record", "replay"] = "off"
     openai_embed_model: str = "text-embedding-3-small"
