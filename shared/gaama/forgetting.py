@@ -28,7 +28,7 @@ from redis.asyncio.lock import Lock
 
 from gaama.errors import RetryableError
 from gaama.events import ForgetRequested
-from gaama.extract.pipeline import word_count
+from gaama.extract.types import word_count
 from gaama.store.chunks import ChunkStore
 from gaama.store.forget import ForgetStore
 

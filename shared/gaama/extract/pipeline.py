@@ -28,12 +28,12 @@ from gaama.errors import NodesGone, RetryableError, StoreUnavailable
 from gaama.events import EpisodeStored, FactsExtracted, encode
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
+from gaama.extract.context import node_texts, read_context
 from gaama.extract.dedupe import FactDedupe, fact_writes
-from gaama.extract.types import ContextFact, EpisodeView, ExtractionContext
+from gaama.extract.types import EpisodeView, word_count
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
-from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.outbox import Outbox
 from gaama.store.vectors import VectorIndex
@@ -44,10 +44,6 @@ log = logging.getLogger("gaama.extract")
 _GONE_RETRIES = 3
 #: The close lock's lease when GAAMA_CHUNK_LOCK_S is unset; renewed every third of it.
 DEFAULT_LOCK_S = 15.0
-
-
-def word_count(text: str) -> int:
-    return len(text.split())
 
 
 def label_text(label: str) -> str:
@@ -204,63 +200,6 @@ class ExtractionPipeline:
             if (n := nodes.get(i)) is not None
         ]
 
-    async def _context(self, tenant: str, chunk: list[EpisodeView]) -> ExtractionContext:
-        vecs = await self.d.graph.vectors(tenant, [e.id for e in chunk], self.d.embedder.dim)
-        centre = vecs.mean(axis=0)
-        if not np.any(centre):
-            return ExtractionContext()
-        in_chunk = {e.id for e in chunk}
-        # independent reads go out together: four round trips one after another, not seven
-        hits, concepts = await asyncio.gather(
-            self.d.index.knn(
-                tenant, centre, self.s.context_episodes + len(chunk), kinds=[NodeKind.EPISODE]
-            ),
-            self.d.index.knn(tenant, centre, self.s.context_concepts, kinds=[NodeKind.CONCEPT]),
-        )
-        older = [h.id for h in hits if h.id not in in_chunk][: self.s.context_episodes]
-        nodes, adj, concept_texts = await asyncio.gather(
-            self.d.graph.get_nodes(tenant, older),
-            self.d.graph.neighbours(tenant, older),
-            self._texts(tenant, [c.id for c in concepts]),
-        )
-        fact_ids = list(
-            dict.fromkeys(
-                nb.node
-                for i in older
-                for nb in adj.get(i, ())
-                if nb.kind is EdgeKind.DERIVED_FROM and not nb.outgoing
-            )
-        )
-        facts = await self._texts(tenant, fact_ids)
-        budget = self.s.context_words
-        ctx_eps, ctx_facts = [], []
-        for i in older:  # most similar first; stop at the word cap
-            if (n := nodes.get(i)) is None or (budget := budget - word_count(n.text)) < 0:
-                break
-            ctx_eps.append(
-                EpisodeView(
-                    id=i,
-                    speaker=n.speaker,
-                    raw_text=n.extra.get("raw", ""),
-                    text=n.text,
-                    turn_id=n.turn_id,
-                    timestamp=datetime.fromtimestamp(n.time, tz=UTC),
-                )
-            )
-        for fid in fact_ids:
-            if (f := facts.get(fid)) is None or (budget := budget - word_count(f)) < 0:
-                break
-            ctx_facts.append(ContextFact(fid, f))
-        return ExtractionContext(
-            episodes=ctx_eps, facts=ctx_facts, concepts=list(concept_texts.values())
-        )
-
-    async def _texts(self, tenant: str, node_ids: list[str]) -> dict[str, str]:
-        """The text of each node that exists, in the order asked (the vectors left in Redis:
-        they are most of a node's bytes)."""
-        rows = await self.d.graph.get_fields(tenant, node_ids, ["text"])
-        return {i: as_text(rows[i][0]) for i in node_ids if i in rows}
-
     async def _embed(self, texts: list[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.d.embedder.dim), dtype=np.float32)
@@ -316,7 +255,9 @@ class ExtractionPipeline:
         self, tenant: str, conversation: str, episode_ids: list[str], why: str
     ) -> FactsExtracted:
         chunk = await self._load_chunk(tenant, episode_ids)
-        context = await self._context(tenant, chunk)
+        context = await read_context(
+            self.d.graph, self.d.index, self.d.embedder.dim, self.s, tenant, chunk
+        )
         started = time.perf_counter()
         try:
             result = await self.d.extractor.extract(chunk, context)
@@ -363,8 +304,8 @@ class ExtractionPipeline:
                 )
             ),
         )
-        found = await self._texts(
-            tenant, list(dict.fromkeys(h.id for hits in label_hits for h in hits))
+        found = await node_texts(
+            self.d.graph, tenant, list(dict.fromkeys(h.id for hits in label_hits for h in hits))
         )
         mapping, new_concepts = self._canonical_concepts(
             tenant, labels, unseen, label_vecs, label_hits, found

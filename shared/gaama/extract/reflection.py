@@ -22,8 +22,7 @@ from gaama.embed import Embedder
 from gaama.errors import NodesGone
 from gaama.events import FactsExtracted
 from gaama.extract.base import Extractor
-from gaama.extract.pipeline import word_count
-from gaama.extract.types import ReflectionInput
+from gaama.extract.types import ReflectionInput, word_count
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore

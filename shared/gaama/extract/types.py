@@ -62,3 +62,8 @@ class ReflectionDraft:
     text: str
     fact_ids: tuple[str, ...]  # at least two facts it combines
     subject: str = ""
+
+
+def word_count(text: str) -> int:
+    """Words of ``text``: whitespace-separated tokens, as every budget here counts them."""
+    return len(text.split())
