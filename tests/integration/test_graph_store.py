@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 import redis
@@ -143,6 +145,20 @@ async def test_index_dimension_is_checked(redis_client, keys, index: VectorIndex
     wrong = VectorIndex(redis_client, index.name, 128, keys)
     with pytest.raises(DimensionMismatch, match="384-d"):
         await wrong.ensure()
+
+
+async def test_services_starting_together_all_get_the_index(redis_client, keys, settings):
+    """Every service ensures the index at start; on a new Redis they race between the check and
+    the create, and the losers must accept the index the winner made (a chaos run saw reflect
+    exit at start with "Index already exists")."""
+    name = f"{settings.index_name}-race"
+    racers = [VectorIndex(redis_client, name, settings.embed_dim, keys) for _ in range(6)]
+    try:
+        results = await asyncio.gather(*(r.ensure() for r in racers), return_exceptions=True)
+        assert [r for r in results if isinstance(r, BaseException)] == []
+        await racers[0].ensure()  # and the index made is one the checks accept
+    finally:
+        await racers[0].drop()
 
 
 async def test_delete_tenant(graph: GraphStore, embedder):

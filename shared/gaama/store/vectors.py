@@ -30,6 +30,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 
 from gaama import ids
@@ -116,8 +117,14 @@ class VectorIndex(IndexReads):
                     check_info(info, self.name, self.dim)
                 return
             if not await self._index.exists():
-                await self._index.create(overwrite=False)
-                return
+                try:
+                    await self._index.create(overwrite=False)
+                    return
+                except RedisSearchError as exc:
+                    # Services start together on a new Redis: another one created the index
+                    # between the check and the create. Check the one it made.
+                    if "already exists" not in str(exc).lower():
+                        raise
             info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
