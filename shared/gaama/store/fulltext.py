@@ -112,14 +112,7 @@ def scores(reply: Any) -> dict[str, float]:
 
 def _texts(reply: Any) -> list[tuple[str, str]]:
     """(key, text) of an ``FT.SEARCH ... RETURN 1 text`` reply ("" for a row without it)."""
-    if isinstance(reply, dict):
-        return [(key, row.get(LEXICAL_FIELD, "")) for key, row in documents(reply)]
-    out = []
-    for i in range(1, len(reply) - 1, 2):
-        flat = reply[i + 1] or []  # None on a cluster, outside the index name's slot
-        row = {as_text(flat[j]): flat[j + 1] for j in range(0, len(flat) - 1, 2)}
-        out.append((as_text(reply[i]), as_text(row.get(LEXICAL_FIELD, b""))))
-    return out
+    return [(key, row.get(LEXICAL_FIELD, "")) for key, row in documents(reply)]
 
 
 def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:

@@ -216,7 +216,10 @@ def documents(reply: Any) -> list[tuple[str, dict[str, str]]]:
     return [(as_text(reply[i]), pairs(reply[i + 1])) for i in range(1, len(reply) - 1, 2)]
 
 
-def pairs(flat: Sequence[Any]) -> dict[str, str]:
+def pairs(flat: Sequence[Any] | None) -> dict[str, str]:
+    """A flat ``[field, value, ...]`` as a dict (None, as a cluster answers for a document
+    outside the index name's slot, is no fields)."""
+    flat = flat or []
     return {as_text(flat[j]): as_text(flat[j + 1]) for j in range(0, len(flat) - 1, 2)}
 
 
