@@ -7,11 +7,12 @@
   only move the problem (and lose the facts of every dead-lettered turn); the consumer stalls,
   lag grows, the alert fires. The stores map every outage to ``StoreUnavailable``
   (``gaama.store.errors``); a raw redis-py outage error that escaped them is treated the same,
-  never as poison.
+  never as poison. A chunk whose close another worker holds (``ChunkBusy``) waits the same
+  way: that close ends, or its lease lapses within GAAMA_CHUNK_LOCK_S.
 - A transient error whose own layer has retried it already (``retries_spent``) is not retried
   again here: retrying it would nest the layers. It is dead-lettered with the reason.
-- Any other transient error (a chunk lock that stays taken, LLM output still malformed after
-  the client's re-asks) gets ``max_retries`` retries with backoff, then the DLQ. Retries are
+- Any other transient error (LLM output still malformed after the client's re-asks) gets
+  ``max_retries`` retries with backoff, then the DLQ. Retries are
   tenacity's, one layer per failure kind (docs/architecture.md, "Delivery guarantees").
 - A permanent error, or an unexpected exception, for a batch is narrowed down by retrying its
   records one by one, so one poison message never takes its neighbours with it.

@@ -75,6 +75,16 @@ class LLMMalformedOutput(RetryableError):
     reason = "llm_output"
 
 
+class ChunkBusy(RetryableError):
+    """Another close holds a chunk's lock. That close ends, or its lease lapses within
+    GAAMA_CHUNK_LOCK_S when its worker died, so the record is retried without limit like an
+    outage: passing over it would move the chunk's boundary, and dead-lettering it would drop
+    its turn's facts."""
+
+    reason = "chunk_busy"
+    outage = True
+
+
 class BrokerUnavailable(RetryableError):
     reason = "broker_unavailable"
     outage = True

@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from gaama.ids import chunk_id
 from gaama.store.chunks import ChunkStore
 
 pytestmark = pytest.mark.requires_stack
@@ -154,3 +155,75 @@ async def test_every_close_ends_however_its_lease_renewal_meets_the_end(
             await asyncio.sleep(0.05)
         await client.aclose()
     assert not stuck, f"{len(stuck)} of 20 closes never ended (their lease renewal kept going)"
+
+
+async def _stored(graph, embedder, events):
+    from gaama.episodes import episode_node, episode_stored
+
+    out = []
+    for t in events:
+        [v] = await embedder.embed([t.episode_text()])
+        node = episode_node(t, v.tolist())
+        await graph.append_episode(node)
+        out.append(episode_stored(t, node))
+    return out
+
+
+async def test_an_end_of_session_close_that_finds_the_chunk_held_is_retried_not_passed_over(
+    settings, graph, index, embedder
+) -> None:
+    """The chaos run's Redis kill -9: closes in flight could not release their locks, the AOF
+    brought the locks back, and the redelivered end-of-session turns found their chunks
+    "being closed elsewhere" and passed over the close. The next session's turns then joined
+    those chunks (up to the word budget): boundaries moved in 9 conversations. The record is
+    now retried until the close can run."""
+    from gaama.errors import ChunkBusy
+    from tests.component.test_forget_cascade import C1, turns
+    from tests.support.stream import Stream
+
+    stream = Stream(settings, graph, index, embedder)
+    stored = await _stored(graph, embedder, turns("acme", "c1", C1))  # the last ends a session
+    for ev in stored[:-1]:
+        assert await stream.extract.on_episode(ev) == []
+    held = await stream.chunks.lock("acme", "c1", 30)  # a close whose release never happened
+    assert held is not None
+    with pytest.raises(ChunkBusy):
+        await stream.extract.on_episode(stored[-1])
+    assert (await stream.chunks.size("acme", "c1"))[0] == len(C1)  # appended, still open
+    await stream.chunks.unlock("acme", "c1", held)  # its lease lapses
+    [done] = await stream.extract.on_episode(stored[-1])  # the retry closes the session
+    assert done.chunk_id == chunk_id("acme", "c1", stored[0].episode_id, stored[-1].episode_id)
+    assert await stream.chunks.size("acme", "c1") == (0, 0)
+
+
+async def test_a_lock_whose_release_met_an_outage_is_released_by_the_next_close(
+    settings, graph, index, embedder
+) -> None:
+    """A close that could not release its lock (Redis down at that moment) releases it at its
+    next close of the chunk, instead of waiting GAAMA_CHUNK_LOCK_S for its own lease."""
+    from gaama.errors import StoreUnavailable
+    from tests.component.test_forget_cascade import C1, C2, turns
+    from tests.support.stream import Stream
+
+    stream = Stream(settings, graph, index, embedder)
+    first = await _stored(graph, embedder, turns("acme", "c1", C1, eos=False))
+    for ev in first:
+        await stream.extract.on_episode(ev)
+    unlock = stream.chunks.unlock
+    failed: list[str] = []
+
+    async def unlock_during_an_outage(tenant: str, conversation: str, lock) -> None:
+        if not failed:
+            failed.append(conversation)
+            raise StoreUnavailable("Redis unavailable: ConnectionError")
+        await unlock(tenant, conversation, lock)
+
+    stream.chunks.unlock = unlock_during_an_outage  # type: ignore[method-assign]
+    assert await stream.extract.close("acme", "c1", "idle") is not None
+    assert failed == ["c1"]
+    assert await stream.chunks.lock("acme", "c1", 5) is None  # still held by that close
+    second = await _stored(graph, embedder, turns("acme", "c1", C2, first=len(C1)))
+    for ev in second[:-1]:
+        assert await stream.extract.on_episode(ev) == []
+    [done] = await stream.extract.on_episode(second[-1])  # no ChunkBusy: released first
+    assert done.chunk_id == chunk_id("acme", "c1", second[0].episode_id, second[-1].episode_id)

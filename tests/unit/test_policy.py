@@ -6,6 +6,7 @@ import pytest
 
 from gaama.errors import (
     BrokerUnavailable,
+    ChunkBusy,
     GaamaError,
     LLMMalformedOutput,
     LLMTransientError,
@@ -53,7 +54,7 @@ async def test_transient_errors_retry_then_dead_letter():
     async def handler(batch: list[Record]) -> BatchResult:
         nonlocal calls
         calls += 1
-        raise RetryableError("the chunk stays locked")
+        raise RetryableError("a hiccup")
 
     def on_retry() -> None:
         nonlocal retries
@@ -79,7 +80,9 @@ async def test_malformed_llm_output_is_asked_again_then_dead_lettered():
     assert result.failed[0].reason == "llm_output"
 
 
-@pytest.mark.parametrize("outage", [StoreUnavailable, BrokerUnavailable, LLMTransientError])
+@pytest.mark.parametrize(
+    "outage", [StoreUnavailable, BrokerUnavailable, LLMTransientError, ChunkBusy]
+)
 async def test_outages_are_retried_without_limit(outage: type[GaamaError]):
     calls = 0
 

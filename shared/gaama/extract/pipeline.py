@@ -12,7 +12,6 @@ MULTI/EXEC. A redelivered episode is recognised (in the chunk, or marked) and ch
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -24,12 +23,13 @@ import numpy as np
 from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
-from gaama.errors import NodesGone, RetryableError, StoreUnavailable
+from gaama.errors import ChunkBusy, NodesGone
 from gaama.events import EpisodeStored, FactsExtracted, encode
 from gaama.extract.base import Extractor
 from gaama.extract.concepts import canonicalize_label
 from gaama.extract.context import node_texts, read_context
 from gaama.extract.dedupe import FactDedupe, fact_writes
+from gaama.extract.lease import CloseLeases
 from gaama.extract.types import EpisodeView, word_count
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
@@ -68,6 +68,7 @@ class ExtractionPipeline:
     def __init__(self, deps: ExtractDeps) -> None:
         self.d = deps
         self.s = deps.settings
+        self._leases = CloseLeases(deps.chunks, self.s.chunk_lock_s or DEFAULT_LOCK_S)
 
     def _now(self) -> float:
         return float(self.d.clock())  # type: ignore[operator]
@@ -87,10 +88,9 @@ class ExtractionPipeline:
                 t, conv, ev.episode_id, words, self._now(), self.s.chunk_words
             )
             if res.overflow:
-                # Another worker holds the close (or held it and died: its lock expires within
-                # GAAMA_CHUNK_LOCK_S). Appending now would overfill the chunk and move every
-                # later boundary; the runtime retries this record instead.
-                raise RetryableError(f"the open chunk of {t}/{conv} is being closed elsewhere")
+                # Another close took the chunk between ours and this append. Appending now
+                # would overfill the chunk and move every later boundary.
+                raise ChunkBusy(f"the open chunk of {t}/{conv} is being closed elsewhere")
         if res.already_extracted:
             return out
         if ev.end_of_session:
@@ -120,7 +120,11 @@ class ExtractionPipeline:
 
         async def close_one(t: str, conv: str) -> FactsExtracted | None:
             async with gate:
-                if (done := await self.close(t, conv, "idle")) is None:
+                try:
+                    done = await self.close(t, conv, "idle")
+                except ChunkBusy:
+                    return None  # whoever holds it closes it
+                if done is None:
                     await self.d.chunks.forget_if_empty(t, conv)
                 return done
 
@@ -134,19 +138,17 @@ class ExtractionPipeline:
         return [done for done in closed if isinstance(done, FactsExtracted)]
 
     async def close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
-        # A short lease, renewed while the close runs (however long the LLM takes): if this
-        # worker dies, the chunk is free again within GAAMA_CHUNK_LOCK_S.
-        lock_ttl = self.s.chunk_lock_s or DEFAULT_LOCK_S
-        token = await self.d.chunks.lock(tenant, conversation, lock_ttl)
-        if token is None:
-            log.info("chunk %s/%s is being closed elsewhere", tenant, conversation)
-            return None
-        released = asyncio.Event()
-        lease = asyncio.create_task(self._renew(token, lock_ttl, released))
-        try:
+        """Extract and write the open chunk of a conversation; None when it is empty.
+
+        Raises:
+            ChunkBusy: another close holds the chunk. A close that must happen (the chunk is
+                full, or its session ended) is retried until it can; skipping it would let the
+                next turns into this chunk and move its boundary.
+        """
+        async with self._leases.held(tenant, conversation) as token:
             for attempt in range(_GONE_RETRIES):
-                if attempt and not await self.d.chunks.extend(token, lock_ttl):
-                    return None  # the lock expired meanwhile: another worker may be closing it
+                if attempt and not await self._leases.still_held(token):
+                    raise ChunkBusy(f"the close lock of {tenant}/{conversation} lapsed")
                 episode_ids = await self.d.chunks.episodes(tenant, conversation)
                 if not episode_ids:
                     return None
@@ -158,32 +160,6 @@ class ExtractionPipeline:
                     log.info("chunk %s/%s changed under a forget: %s", tenant, conversation, exc)
                     await self.d.chunks.remove(tenant, conversation, exc.missing, 0)
             return None
-        finally:
-            # The renewal ends on the event; the cancel only cuts short a renewal in flight. A
-            # cancel alone is not enough: on Python 3.11 redis-py loses a cancellation that
-            # arrives just as its socket write completes (its asyncio.wait_for returns the
-            # write's result instead, CPython gh-86296), and a renewal that misses its cancel
-            # would renew the lock for ever while this close waits for it.
-            released.set()
-            lease.cancel()
-            # asyncio.wait, not `await lease`: a cancellation of this close must not be
-            # swallowed along with the lease's own.
-            await asyncio.wait({lease})
-            await self.d.chunks.unlock(tenant, conversation, token)
-
-    async def _renew(self, token: Any, ttl_s: float, released: asyncio.Event) -> None:
-        """Extend the close lock every third of ``ttl_s`` until ``released`` is set."""
-        while not released.is_set():
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(ttl_s / 3):
-                    await released.wait()
-            if released.is_set():
-                return
-            try:
-                if not await self.d.chunks.extend(token, ttl_s):
-                    return  # lost: the write's WATCH and the trim keep a second close harmless
-            except StoreUnavailable:
-                continue  # an outage: the close itself will fail and be retried
 
     async def _load_chunk(self, tenant: str, episode_ids: list[str]) -> list[EpisodeView]:
         nodes = await self.d.graph.get_nodes(tenant, episode_ids)
