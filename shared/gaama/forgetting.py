@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from redis.asyncio.lock import Lock
 
-from gaama.errors import RetryableError
+from gaama.errors import ChunkBusy
 from gaama.events import ForgetRequested
 from gaama.extract.types import word_count
 from gaama.store.chunks import ChunkStore
@@ -109,7 +109,7 @@ class Forgetting:
             if token is not None:
                 return token
             await asyncio.sleep(LOCK_WAIT_S)
-        raise RetryableError(f"the open chunk of {tenant}/{conversation} stays locked")
+        raise ChunkBusy(f"the open chunk of {tenant}/{conversation} stays locked")
 
     async def _words(self, tenant: str, episode_ids: list[str]) -> int:
         rows = await self.store.episode_texts(tenant, episode_ids)
