@@ -98,6 +98,9 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
     add_ops_pages(app, svc.registry, svc.stores.ready, settings)
 
     idle = idle_chunks_task(pipeline, publisher.publish, metrics, lag.caught_up, app.stall)
+    progress = app.progress
+    assert progress is not None  # stage_app made it
+    progress.watch(idle)
 
     @app.timer(interval=max(0.5, min(10.0, settings.chunk_idle_s / 2)))
     async def close_idle_chunks() -> None:
@@ -107,6 +110,7 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
         resend = outbox_task(
             outbox, settings.outbox_resend_s, publisher.publish, metrics, app.stall
         )
+        progress.watch(resend)
 
         @app.timer(interval=max(1.0, settings.outbox_resend_s / 4))
         async def resend_outbox() -> None:

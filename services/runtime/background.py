@@ -55,10 +55,18 @@ class Periodic:
         self.tick = tick
         self.failures = failures
         self.failing = 0  # consecutive failed ticks
+        self.clock = clock
+        self._started: float | None = None  # when the tick in progress began
         self._throttle = Throttle(log_every_s, clock)
+
+    def running_s(self) -> float:
+        """How long the tick in progress has run (0 between ticks): the no-progress watchdog
+        reads it, since a tick that never returns stops its task and nothing else."""
+        return 0.0 if self._started is None else max(0.0, self.clock() - self._started)
 
     async def __call__(self) -> bool:
         """Run one tick; True when it succeeded."""
+        self._started = self.clock()
         try:
             await self.tick()
         # A timer that raises stops the worker for good, so every failure is caught here — and
@@ -66,6 +74,8 @@ class Periodic:
         except Exception as exc:  # noqa: BLE001 - counted and logged below
             self._failed(exc)
             return False
+        finally:
+            self._started = None
         if self.stall is not None:
             self.stall.ok(self.name)
         if self.failing:

@@ -9,7 +9,9 @@ the committed offsets), and ``gaama_<service>_no_progress_seconds`` says for how
 
 Progress is read where it shows: the group's committed offsets of the partitions this replica
 owns. Input waits when a partition's high-water mark is above its committed offset. Time without
-input, stalled on an outage, or right after a commit does not count.
+input, stalled on an outage, or right after a commit does not count. The stage's background
+tasks (the idle-chunk close, the outbox, the lag refresh) are watched too: one tick running for
+the timeout is a wedge as well, since it stops its task and nothing else (the lag stays 0).
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from typing import Protocol
 
 from prometheus_client import Gauge
 
@@ -28,6 +31,14 @@ log = logging.getLogger("gaama.runtime")
 #: Per owned partition: the group's committed offset (None before the first commit) and the
 #: high-water mark as far as this replica knows it.
 Backlog = Mapping[int, tuple[int | None, int]]
+
+
+class Task(Protocol):
+    """A background task as the watchdog sees it (`services.runtime.background.Periodic`)."""
+
+    name: str
+
+    def running_s(self) -> float: ...
 
 
 class Progress:
@@ -57,6 +68,7 @@ class Progress:
         self._since: float | None = None  # when the current wait without progress began
         self._committed: dict[int, int | None] = {}
         self._reported = False
+        self._tasks: list[Task] = []
         if gauge is not None:
             gauge.set_function(self.seconds)
 
@@ -73,29 +85,37 @@ class Progress:
         wedged = self.wedged()
         if wedged is not None and not self._reported:
             log.error(
-                "no progress: input waiting and nothing committed for %.0fs "
-                "(GAAMA_PROGRESS_TIMEOUT_S=%g); reporting not live so that the process is "
-                "restarted",
-                self.seconds(),
-                self.timeout_s,
+                "no progress: %s; reporting not live so that the process is restarted",
+                wedged["reason"],
             )
         self._reported = wedged is not None
 
-    def seconds(self) -> float:
-        """How long input has waited without a commit (0 when it has not)."""
+    def watch(self, *tasks: Task) -> None:
+        """Count a tick of any of ``tasks`` that runs for the timeout as a wedge."""
+        self._tasks += tasks
+
+    def _input_s(self) -> float:
         return 0.0 if self._since is None else max(0.0, self.clock() - self._since)
+
+    def seconds(self) -> float:
+        """How long input has waited without a commit, or a background task's tick has run,
+        whichever is longer (0 when neither)."""
+        return max([self._input_s(), *(t.running_s() for t in self._tasks)])
 
     def wedged(self) -> dict[str, str] | None:
         """The health pages' body when the wait has passed the timeout; else None."""
-        waited = self.seconds()
-        if self.timeout_s <= 0 or waited < self.timeout_s:
+        if self.timeout_s <= 0:
+            return None
+        waited = self._input_s()
+        what = f"input waiting and nothing committed for {waited:.0f}s"
+        for task in self._tasks:
+            if (running := task.running_s()) > waited:
+                waited, what = running, f"one tick of {task.name} running for {running:.0f}s"
+        if waited < self.timeout_s:
             return None
         since = datetime.fromtimestamp(self.wall() - waited, UTC)
         return {
             "status": "no_progress",
-            "reason": (
-                f"input waiting and nothing committed for {waited:.0f}s "
-                f"(GAAMA_PROGRESS_TIMEOUT_S={self.timeout_s:g})"
-            ),
+            "reason": f"{what} (GAAMA_PROGRESS_TIMEOUT_S={self.timeout_s:g})",
             "since": since.isoformat(timespec="seconds"),
         }

@@ -257,6 +257,7 @@ def consume(
     # From local state only (no request), so a broker slow to answer ListOffsets does not delay
     # it; its own timer, so a slow lag refresh does not either.
     progress = app.progress = Progress(settings.progress_timeout_s, stall, metrics.no_progress)
+    progress.watch(tick)
 
     async def observe() -> None:
         progress.observe(lag.backlog())

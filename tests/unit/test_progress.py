@@ -94,3 +94,32 @@ def test_timeout_zero_never_trips_but_keeps_the_gauge():
     progress.observe({0: (100, 150)})
     clock.now += 10_000
     assert progress.wedged() is None and gauge(registry) == 10_000
+
+
+async def test_a_background_tick_that_never_returns_trips_it():
+    """The idle-chunk close, the outbox and the lag refresh run as timers: one tick that never
+    returns stopped its task and nothing else (lag 0, health 200). Now it is a wedge too."""
+    import asyncio
+
+    from services.runtime.background import Periodic
+
+    progress, _, clock, registry = watchdog(60)
+    m = stage_metrics("extract", CollectorRegistry())
+    forever = asyncio.Event()
+
+    async def tick() -> None:
+        await forever.wait()
+
+    idle = Periodic("idle_chunks", tick, m.task_failures, clock=clock)
+    progress.watch(idle)
+    running = asyncio.ensure_future(idle())
+    await asyncio.sleep(0)
+    clock.now += 59
+    progress.observe({0: (40, 40)})  # no input waiting: only the tick counts
+    assert progress.wedged() is None and gauge(registry) == 59
+    clock.now += 1
+    body = progress.wedged()
+    assert body is not None and "one tick of idle_chunks running for 60s" in body["reason"]
+    forever.set()
+    assert await running
+    assert progress.wedged() is None and gauge(registry) == 0  # between ticks: nothing runs
