@@ -13,6 +13,18 @@ from gaama.store.chunks import ChunkStore
 pytestmark = pytest.mark.requires_stack
 
 
+async def _stored(graph, embedder, events):
+    from gaama.episodes import episode_node, episode_stored
+
+    out = []
+    for t in events:
+        [v] = await embedder.embed([t.episode_text()])
+        node = episode_node(t, v.tolist())
+        await graph.append_episode(node)
+        out.append(episode_stored(t, node))
+    return out
+
+
 async def test_one_holder_extends_and_releases(redis_client, keys) -> None:
     chunks = ChunkStore(redis_client, keys)
     held = await chunks.lock("acme", "c1", 5)
@@ -52,15 +64,7 @@ async def test_a_chunk_is_never_overfilled_while_its_close_is_held(
     s = settings.model_copy(update={"chunk_words": 20})
     stream = Stream(s, graph, index, embedder)
     lines = [("Ann", "one two three four five six seven eight nine ten")] * 3
-    events = turns("acme", "c1", lines, eos=False)
-    stored = []
-    for t in events:
-        from gaama.episodes import episode_node, episode_stored
-
-        [v] = await embedder.embed([t.episode_text()])
-        node = episode_node(t, v.tolist())
-        await graph.append_episode(node)
-        stored.append(episode_stored(t, node))
+    stored = await _stored(graph, embedder, turns("acme", "c1", lines, eos=False))
     assert await stream.extract.on_episode(stored[0]) == []
     assert len(await stream.extract.on_episode(stored[1])) == 1  # 20 words: full, closed
     assert await stream.chunks.size("acme", "c1") == (0, 0)
@@ -155,18 +159,6 @@ async def test_every_close_ends_however_its_lease_renewal_meets_the_end(
             await asyncio.sleep(0.05)
         await client.aclose()
     assert not stuck, f"{len(stuck)} of 20 closes never ended (their lease renewal kept going)"
-
-
-async def _stored(graph, embedder, events):
-    from gaama.episodes import episode_node, episode_stored
-
-    out = []
-    for t in events:
-        [v] = await embedder.embed([t.episode_text()])
-        node = episode_node(t, v.tolist())
-        await graph.append_episode(node)
-        out.append(episode_stored(t, node))
-    return out
 
 
 async def test_an_end_of_session_close_that_finds_the_chunk_held_is_retried_not_passed_over(
