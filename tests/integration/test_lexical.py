@@ -1,6 +1,7 @@
 """The lexical channel against the real Redis: query syntax escaped, rare names found that KNN
 alone misses, tenants kept apart on the full-text path, the HTTP edge, and an index without the
-full-text field refused at start and migrated."""
+full-text field refused at start and migrated, one with term offsets served and rebuilt without
+them."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from gaama.model import Node, NodeKind
 from gaama.retrieval.lexical import query_terms
 from gaama.retrieval.search import Retriever
 from gaama.store.graph import GraphStore
-from gaama.store.index_layout import LEXICAL_FIELD, index_schema
+from gaama.store.index_layout import LEXICAL_FIELD, has_index_options, index_schema
 from gaama.store.migrate import migrate_index
 from gaama.store.vectors import VectorIndex
 from tests.integration.test_query_api import A, make_app, with_keys
@@ -183,12 +184,41 @@ async def test_index_without_the_text_field_is_refused_then_migrated(
         assert await index.lexical("t1", ["zoltan"], 5) == []  # no text field: no match
         lines: list[str] = []
         report = await migrate_index(redis, index, progress=lines.append)
-        assert report.added_text_field and not report.dropped_old_index
+        assert report.dropped_old_index
         assert report.indexed == len(ids) and lines
         await index.ensure()  # accepted now
         assert [h.id for h in await index.lexical("t1", ["zoltan"], 5)] == ids[-1:]
         again = await migrate_index(redis, index)
-        assert not again.added_text_field and not again.dropped_old_index
+        assert not again.dropped_old_index
+    finally:
+        await index.drop()
+
+
+@pytest.mark.single_redis  # the old FT.CREATE below is sent to one server
+async def test_index_with_term_offsets_serves_then_is_rebuilt_without_them(
+    graph: GraphStore, embedder: MiniLMEmbedder, settings: Settings
+) -> None:
+    """An index made before INDEX_OPTIONS (RedisVL's FT.CREATE: term offsets and field masks
+    kept) answers the same as one without them, and the migration rebuilds it with them."""
+    redis, keys = graph.redis, graph.keys
+    name = f"{settings.index_name}-offsets"
+    await redis.execute_command(
+        "FT.CREATE", name, *_schema_args(index_schema(name, keys, embedder.dim))
+    )
+    index = VectorIndex(redis, name, embedder.dim, keys)
+    try:
+        ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+        await _indexed(index, "t1", len(ids))
+        assert not has_index_options(await redis.execute_command("FT.INFO", name))
+        await index.ensure()  # served as it is
+        terms = ["zoltan", "weekends", "chess", "radios"]
+        before = [(h.id, h.score) for h in await index.lexical("t1", terms, 20)]
+        assert [i for i, _ in before[:1]] == ids[-1:] and len(before) == 20
+        report = await migrate_index(redis, index)
+        assert report.dropped_old_index and report.indexed == len(ids)
+        assert has_index_options(await redis.execute_command("FT.INFO", name))
+        assert [(h.id, h.score) for h in await index.lexical("t1", terms, 20)] == before
+        assert not (await migrate_index(redis, index)).dropped_old_index
     finally:
         await index.drop()
 
