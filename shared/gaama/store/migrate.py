@@ -41,6 +41,7 @@ others never ran on a cluster).
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,6 +136,12 @@ async def migrate_index(
             )
     await index.ensure()
     report.indexed = await _wait_indexed(index, progress)
+    # What the index holds changed under the tenants' counts kept by searches (store/fulltext.py)
+    with store_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for tenant in backfill.tenants:
+                pipe.set(index.keys.text_version(tenant), secrets.token_hex(8))
+            await pipe.execute()
     return report
 
 
@@ -203,6 +210,7 @@ class _Backfill:
     def __init__(self, redis: aioredis.Redis, dim: int, *, drop_old: bool) -> None:
         self.redis = redis
         self.drop_old = drop_old
+        self.tenants: set[str] = set()  # of the nodes seen
         self.f16_size = dim * VECTOR_DTYPE().itemsize
         self.f32_size = dim * 4
         self.fields = [
@@ -227,6 +235,7 @@ class _Backfill:
                 f16, f32, i8 = row[2 * n :]
                 if not source[0]:  # not a node hash (no tenant): leave it alone
                     continue
+                self.tenants.add(source[0])
                 updates: dict[Any, Any] = {}
                 digests = [ids.tag(v) for v in source]
                 if digests != present:

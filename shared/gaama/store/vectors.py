@@ -106,6 +106,7 @@ class VectorIndex(IndexReads):
         if cluster.is_cluster(redis):
             self._nodes = NodeIndexes(redis, name, self.keys, self._create)
         self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
+        self._counts = fulltext.Counts()
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -226,7 +227,9 @@ class VectorIndex(IndexReads):
         async def texts(keys: list[str]) -> list[str]:
             return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
 
-        best = await fulltext.search(run, texts, str(flt), words, k)
+        best = await fulltext.search(
+            run, texts, str(flt), words, k, self._counts, await self._text_version(tenant)
+        )
         names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
         rows = await self._hashes_fields([key for key, _ in best], names)
         scored = [
@@ -252,6 +255,18 @@ class VectorIndex(IndexReads):
                 )
             )
         return hits
+
+    async def _text_version(self, tenant: str) -> tuple[str, str] | None:
+        """The version of ``tenant``'s documents (:mod:`gaama.store.fulltext`): the token its
+        writes of nodes replace and its ingest counter (appended episodes), or None before its
+        first such write (or after its keys were removed), when no count is kept."""
+        with store_errors():
+            token, ingested = await self.redis.mget(
+                [self.keys.text_version(tenant), self.keys.state(tenant, "iseq")]
+            )
+        if token is None:
+            return None
+        return as_text(token), as_text(ingested)
 
     async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
         """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
