@@ -69,3 +69,18 @@ def test_index_options_are_read_from_either_protocol() -> None:
     assert has_index_options({b"index_name": b"i", b"index_options": both})
     assert not has_index_options([b"index_name", b"i", b"index_options", [], b"attributes", []])
     assert not has_index_options({b"index_name": b"i", b"index_options": [b"NOOFFSETS"]})
+
+
+def test_counts_keep_at_most_their_terms_in_all() -> None:
+    counts = Counts(terms=3)
+    a = counts.scope("@t:{a}", "v")
+    a.terms.update({"x": (1, {}), "y": (1, {})})
+    b = counts.scope("@t:{b}", "v")
+    b.terms.update({"x": (1, {}), "y": (1, {})})
+    counts.trim()  # 4 terms: the scope searched longest ago goes
+    assert counts.scope("@t:{b}", "v") is b and counts.scope("@t:{a}", "v") is not a
+    alone = Counts(terms=3)
+    c = alone.scope("@t:{c}", "v")
+    c.terms.update({"x": (1, {}), "y": (1, {}), "z": (1, {}), "w": (1, {})})
+    alone.trim()  # one scope over the bound on its own keeps its counts of nothing
+    assert alone.scope("@t:{c}", "v") is c and not c.terms

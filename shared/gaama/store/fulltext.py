@@ -67,12 +67,14 @@ class _ScopeCounts:
 
 class Counts:
     """Step 1's counts (module docstring) of the most recently searched scopes, each kept
-    under the version of its tenant's documents it was read at."""
+    under the version of its tenant's documents it was read at. Bounded by scopes and by terms
+    in all (a term holds up to :data:`PER_TERM` frequencies): the scopes searched longest ago
+    go first."""
 
-    def __init__(self, scopes: int = 1024, terms_per_scope: int = 512) -> None:
+    def __init__(self, scopes: int = 1024, terms: int = 8192) -> None:
         self._scopes: OrderedDict[str, _ScopeCounts] = OrderedDict()
         self._max_scopes = scopes
-        self._max_terms = terms_per_scope
+        self._max_terms = terms
 
     def scope(self, flt: str, version: Hashable | None) -> _ScopeCounts:
         """The counts of scope ``flt`` read at ``version``: empty when none were read at it
@@ -80,16 +82,26 @@ class Counts:
         found = self._scopes.get(flt)
         if found is not None and version is not None and found.version == version:
             self._scopes.move_to_end(flt)
-            if len(found.terms) > self._max_terms:
-                found.terms.clear()
             return found
         counts = _ScopeCounts(version)
         if version is not None:
             self._scopes[flt] = counts
             self._scopes.move_to_end(flt)
-            while len(self._scopes) > self._max_scopes:
-                self._scopes.popitem(last=False)
+        self.trim()
         return counts
+
+    def trim(self) -> None:
+        """Drop the scopes searched longest ago while over either bound (the latest stays)."""
+        terms = sum(len(c.terms) for c in self._scopes.values())
+        while len(self._scopes) > 1 and (
+            len(self._scopes) > self._max_scopes or terms > self._max_terms
+        ):
+            _, gone = self._scopes.popitem(last=False)
+            terms -= len(gone.terms)
+        if len(self._scopes) > self._max_scopes:
+            self._scopes.clear()
+        elif terms > self._max_terms:  # one scope over the bound on its own
+            next(iter(self._scopes.values())).terms.clear()
 
 
 def idf(n: int, df: int) -> float:
@@ -198,12 +210,14 @@ async def search(
             sum(total(r) for r in replies),
             {key: tf for r in replies for key, tf in scores(r).items()},
         )
-    n = known.n
+    n, stats = known.n, {w: known.terms[w] for w in words}
+    if todo and counts is not None:
+        counts.trim()
     weights: dict[str, float] = {}
     freqs: dict[str, dict[str, float]] = {}
     cut = []
     for w in words:
-        df, top = known.terms[w]
+        df, top = stats[w]
         if df == 0 or w in weights:
             continue
         weights[w] = idf(n, df)
