@@ -68,8 +68,7 @@ def _migrate(args: argparse.Namespace) -> int:
             await redis.aclose()
         print(
             f"index {args.to or settings.index_name!r}: old definition dropped: "
-            f"{'yes' if report.dropped_old_index else 'no'}; full-text field added: "
-            f"{'yes' if report.added_text_field else 'no'}; nodes checked "
+            f"{'yes' if report.dropped_old_index else 'no'}; nodes checked "
             f"{report.nodes_seen}, updated {report.nodes_updated} (vectors converted to "
             f"float16: {report.vectors_converted}, old vectors removed: "
             f"{report.old_vectors_removed}); {report.indexed} indexed"

@@ -1,6 +1,7 @@
 """The lexical channel against the real Redis: query syntax escaped, rare names found that KNN
 alone misses, tenants kept apart on the full-text path, the HTTP edge, and an index without the
-full-text field refused at start and migrated."""
+full-text field refused at start and migrated, one with term offsets served and rebuilt without
+them."""
 
 from __future__ import annotations
 
@@ -11,12 +12,13 @@ import pytest
 from gaama.config import Settings
 from gaama.embed import MiniLMEmbedder
 from gaama.errors import ConfigError
-from gaama.ids import fact_id
+from gaama.ids import episode_id, fact_id
 from gaama.model import Node, NodeKind
 from gaama.retrieval.lexical import query_terms
 from gaama.retrieval.search import Retriever
+from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
-from gaama.store.index_layout import LEXICAL_FIELD, index_schema
+from gaama.store.index_layout import LEXICAL_FIELD, has_index_options, index_schema
 from gaama.store.migrate import migrate_index
 from gaama.store.vectors import VectorIndex
 from tests.integration.test_query_api import A, make_app, with_keys
@@ -183,12 +185,41 @@ async def test_index_without_the_text_field_is_refused_then_migrated(
         assert await index.lexical("t1", ["zoltan"], 5) == []  # no text field: no match
         lines: list[str] = []
         report = await migrate_index(redis, index, progress=lines.append)
-        assert report.added_text_field and not report.dropped_old_index
+        assert report.dropped_old_index
         assert report.indexed == len(ids) and lines
         await index.ensure()  # accepted now
         assert [h.id for h in await index.lexical("t1", ["zoltan"], 5)] == ids[-1:]
         again = await migrate_index(redis, index)
-        assert not again.added_text_field and not again.dropped_old_index
+        assert not again.dropped_old_index
+    finally:
+        await index.drop()
+
+
+@pytest.mark.single_redis  # the old FT.CREATE below is sent to one server
+async def test_index_with_term_offsets_serves_then_is_rebuilt_without_them(
+    graph: GraphStore, embedder: MiniLMEmbedder, settings: Settings
+) -> None:
+    """An index made before INDEX_OPTIONS (RedisVL's FT.CREATE: term offsets and field masks
+    kept) answers the same as one without them, and the migration rebuilds it with them."""
+    redis, keys = graph.redis, graph.keys
+    name = f"{settings.index_name}-offsets"
+    await redis.execute_command(
+        "FT.CREATE", name, *_schema_args(index_schema(name, keys, embedder.dim))
+    )
+    index = VectorIndex(redis, name, embedder.dim, keys)
+    try:
+        ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+        await _indexed(index, "t1", len(ids))
+        assert not has_index_options(await redis.execute_command("FT.INFO", name))
+        await index.ensure()  # served as it is
+        terms = ["zoltan", "weekends", "chess", "radios"]
+        before = [(h.id, h.score) for h in await index.lexical("t1", terms, 20)]
+        assert [i for i, _ in before[:1]] == ids[-1:] and len(before) == 20
+        report = await migrate_index(redis, index)
+        assert report.dropped_old_index and report.indexed == len(ids)
+        assert has_index_options(await redis.execute_command("FT.INFO", name))
+        assert [(h.id, h.score) for h in await index.lexical("t1", terms, 20)] == before
+        assert not (await migrate_index(redis, index)).dropped_old_index
     finally:
         await index.drop()
 
@@ -199,3 +230,65 @@ def _schema_args(schema) -> list[object]:
     for f in schema.fields.values():
         args += list(f.as_redis_field().redis_args())
     return args
+
+
+async def test_counts_are_read_again_only_when_the_tenants_nodes_change(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    """The scope's counts (store/fulltext.py, step 1) are kept per version of the tenant's
+    documents: a second search reads none and scores the same; another tenant's write keeps
+    them; a write of the tenant's nodes, an appended episode and a forget each make the next
+    search read them again, and it scores as an index that kept nothing does."""
+    ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+    await _indexed(index, "t1", len(ids))
+    counted: list[str] = []
+    run = index._execute_all
+
+    async def spy(tenant: str, tails: list[list[object]]) -> list[list[object]]:
+        counted.extend(str(t[0]) for t in tails if "$weight" in str(t[0]))  # step 1's terms
+        return await run(tenant, tails)
+
+    index._execute_all = spy  # type: ignore[method-assign]
+    terms = ["zoltan", "weekends", "chess", "radios"]
+
+    async def search(idx: VectorIndex) -> list[tuple[str, float]]:
+        return [(h.id, h.score) for h in await idx.lexical("t1", terms, 20)]
+
+    async def fresh() -> list[tuple[str, float]]:
+        return await search(VectorIndex(graph.redis, index.name, embedder.dim, graph.keys))
+
+    first = await search(index)
+    assert len(counted) == len(terms) and first == await fresh()
+    counted.clear()
+    assert await search(index) == first and counted == []
+    await _facts(graph, embedder, "t2", ["Zoltan plays chess on weekends."])
+    assert await search(index) == first and counted == []
+
+    new = await _facts(graph, embedder, "t1", ["Zoltan plays chess on weekends."])
+    await _indexed(index, "t1", len(ids) + 1)
+    after_write = await search(index)
+    assert len(counted) == len(terms) and after_write == await fresh() != first
+    assert new[0] in {i for i, _ in after_write}
+
+    [vec] = await embedder.embed(["Zoltan repairs radios for chess players."])
+    episode = Node(
+        id=episode_id("t1", "c9", "1"),
+        tenant="t1",
+        kind=NodeKind.EPISODE,
+        text="Zoltan repairs radios for chess players.",
+        time=1_683_600_000.0,
+        conversation="c9",
+        turn_id="1",
+        vector=vec.tolist(),
+    )
+    assert await graph.append_episode(episode)
+    await _indexed(index, "t1", len(ids) + 2)
+    counted.clear()
+    after_append = await search(index)
+    assert counted and after_append == await fresh() != after_write
+    assert episode.id in {i for i, _ in after_append}
+
+    await ForgetStore(graph.redis, graph.keys).remove_episodes("t1", [episode.id])
+    counted.clear()
+    after_forget = await search(index)
+    assert counted and after_forget == await fresh() == after_write

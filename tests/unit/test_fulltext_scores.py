@@ -1,4 +1,5 @@
-"""Tenant-local BM25 (gaama.store.fulltext): the idf and the score from counts and frequencies."""
+"""Tenant-local BM25 (gaama.store.fulltext): the idf and the score from counts and frequencies,
+the counts kept per version; the index options read from FT.INFO."""
 
 from __future__ import annotations
 
@@ -6,7 +7,8 @@ import math
 
 import pytest
 
-from gaama.store.fulltext import K1, B, bm25, idf, length, partial, scores, total
+from gaama.store.fulltext import K1, B, Counts, bm25, idf, length, partial, scores, total
+from gaama.store.index_layout import INDEX_OPTIONS, has_index_options
 
 
 def test_idf_falls_with_the_documents_holding_the_term_and_stays_positive() -> None:
@@ -40,3 +42,45 @@ def test_replies_and_lengths_are_read() -> None:
     assert total({"total_results": 4, "results": []}) == 4
     assert scores({"results": [{"id": "k", "score": 1.5}]}) == {"k": 1.5}
     assert length("[2023-05-08] Mona: I'm at the kiln_room!") == 10
+
+
+def test_counts_are_kept_under_their_version_only() -> None:
+    counts = Counts(scopes=2)
+    first = counts.scope("@t:{a}", ("v1", "3"))
+    first.n = 10
+    first.terms["kiln"] = (2, {"k1": 1.0})
+    assert counts.scope("@t:{a}", ("v1", "3")) is first
+    again = counts.scope("@t:{a}", ("v1", "4"))  # an episode appended: read again
+    assert again is not first and again.n is None and not again.terms
+    assert counts.scope("@t:{a}", ("v1", "3")) is not first  # the old version is gone
+    unversioned = counts.scope("@t:{b}", None)
+    unversioned.n = 5
+    assert counts.scope("@t:{b}", None).n is None  # no version: nothing kept
+    b, c = counts.scope("@t:{b}", "x"), counts.scope("@t:{c}", "y")
+    b.n = c.n = 1
+    counts.scope("@t:{d}", "z")  # the scope searched longest ago makes room
+    assert counts.scope("@t:{c}", "y") is c
+    assert counts.scope("@t:{b}", "x") is not b
+
+
+def test_index_options_are_read_from_either_protocol() -> None:
+    both = [o.encode() for o in INDEX_OPTIONS] + [b"NOHL"]
+    assert has_index_options([b"index_name", b"i", b"index_options", both, b"attributes", []])
+    assert has_index_options({b"index_name": b"i", b"index_options": both})
+    assert not has_index_options([b"index_name", b"i", b"index_options", [], b"attributes", []])
+    assert not has_index_options({b"index_name": b"i", b"index_options": [b"NOOFFSETS"]})
+
+
+def test_counts_keep_at_most_their_terms_in_all() -> None:
+    counts = Counts(terms=3)
+    a = counts.scope("@t:{a}", "v")
+    a.terms.update({"x": (1, {}), "y": (1, {})})
+    b = counts.scope("@t:{b}", "v")
+    b.terms.update({"x": (1, {}), "y": (1, {})})
+    counts.trim()  # 4 terms: the scope searched longest ago goes
+    assert counts.scope("@t:{b}", "v") is b and counts.scope("@t:{a}", "v") is not a
+    alone = Counts(terms=3)
+    c = alone.scope("@t:{c}", "v")
+    c.terms.update({"x": (1, {}), "y": (1, {}), "z": (1, {}), "w": (1, {})})
+    alone.trim()  # one scope over the bound on its own keeps its counts of nothing
+    assert alone.scope("@t:{c}", "v") is c and not c.terms

@@ -22,6 +22,7 @@ fully gone, and running the cascade again finishes the job.
 from __future__ import annotations
 
 import json
+import secrets
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -215,6 +216,8 @@ class ForgetStore:
             batch = episode_ids[i : i + _BATCH]
             with store_errors():
                 counts = await self._forget(keys=[self.keys.degrees(tenant)], args=[*args, *batch])
+                # After the removal (store/fulltext.py: counts cached under the old token go)
+                await self.redis.set(self.keys.text_version(tenant), secrets.token_hex(8))
             for kind, n in zip(_KINDS, counts, strict=True):
                 total[kind] += int(n)
             if progress:

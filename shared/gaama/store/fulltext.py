@@ -18,13 +18,23 @@ weighted 0 scores a one-term query by the term's frequency in the document, noth
    each term whose list was cut (both restricted to the candidates with ``INKEYS``);
 4. BM25 over the candidates, ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1·(1 − B + B·len/avg))``,
    ``avg`` the candidates' mean length.
+
+Step 1 costs time in proportion to the scope's documents (``N`` counts every one of them, and a
+term's count every document holding it: ~5 ms and ~3 ms for a common word at 100k nodes). Its
+results are kept per scope and term (:class:`Counts`) while the tenant's documents stay as they
+are: every write of the tenant's nodes changes its *version* (``Keys.text_version`` and the
+ingest counter, set in the same atomic write, or right after a forget's removal), which the
+caller reads before the counts and passes in. Scores stay exact: a count is only reused under
+the version it was read at, and a version is never read before the write that made it.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from gaama.store.codecs import as_text
@@ -45,6 +55,53 @@ _WORDS = re.compile(r"[^\W_]+")
 Run = Callable[[list[list[Any]]], Awaitable[list[list[Any]]]]
 #: The texts of the given document keys ("" where missing).
 Texts = Callable[[list[str]], Awaitable[list[str]]]
+
+
+@dataclass
+class _ScopeCounts:
+    version: Hashable
+    n: int | None = None
+    #: term: (df, the PER_TERM highest frequencies, key: tf)
+    terms: dict[str, tuple[int, dict[str, float]]] = field(default_factory=dict)
+
+
+class Counts:
+    """Step 1's counts (module docstring) of the most recently searched scopes, each kept
+    under the version of its tenant's documents it was read at. Bounded by scopes and by terms
+    in all (a term holds up to :data:`PER_TERM` frequencies): the scopes searched longest ago
+    go first."""
+
+    def __init__(self, scopes: int = 1024, terms: int = 8192) -> None:
+        self._scopes: OrderedDict[str, _ScopeCounts] = OrderedDict()
+        self._max_scopes = scopes
+        self._max_terms = terms
+
+    def scope(self, flt: str, version: Hashable | None) -> _ScopeCounts:
+        """The counts of scope ``flt`` read at ``version``: empty when none were read at it
+        (and kept only when there is a version: None means the tenant has none yet)."""
+        found = self._scopes.get(flt)
+        if found is not None and version is not None and found.version == version:
+            self._scopes.move_to_end(flt)
+            return found
+        counts = _ScopeCounts(version)
+        if version is not None:
+            self._scopes[flt] = counts
+            self._scopes.move_to_end(flt)
+        self.trim()
+        return counts
+
+    def trim(self) -> None:
+        """Drop the scopes searched longest ago while over either bound (the latest stays)."""
+        terms = sum(len(c.terms) for c in self._scopes.values())
+        while len(self._scopes) > 1 and (
+            len(self._scopes) > self._max_scopes or terms > self._max_terms
+        ):
+            _, gone = self._scopes.popitem(last=False)
+            terms -= len(gone.terms)
+        if len(self._scopes) > self._max_scopes:
+            self._scopes.clear()
+        elif terms > self._max_terms:  # one scope over the bound on its own
+            next(iter(self._scopes.values())).terms.clear()
 
 
 def idf(n: int, df: int) -> float:
@@ -123,31 +180,48 @@ def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:
 
 
 async def search(
-    run: Run, texts: Texts, flt: str, words: Sequence[str], k: int
+    run: Run,
+    texts: Texts,
+    flt: str,
+    words: Sequence[str],
+    k: int,
+    counts: Counts | None = None,
+    version: Hashable | None = None,
 ) -> list[tuple[str, float]]:
     """The ``k`` documents of filter ``flt`` best matching any of the escaped ``words`` by
     tenant-local BM25 (module docstring): (key, score), best first, ties by key. A score is the
     BM25 over that of a document of mean length holding each of ``words`` once (about 1 for a
-    document matching every word, less for one matching only common ones)."""
+    document matching every word, less for one matching only common ones). Step 1's counts are
+    reused from ``counts`` when read at the tenant's current ``version`` (read by the caller
+    before this call), and kept there."""
+    known = (counts or Counts(scopes=0)).scope(flt, version)
+    todo = [w for w in dict.fromkeys(words) if w not in known.terms]
     # The scope filter matches and scores nothing. It comes after the term: written first, a
     # filter of several clauses takes the whole query's weight with it (measured on 2.10).
     scope = f"({flt})=>{{$weight:0}}"
-    counted = await run(
-        [
-            [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2],
-            *(_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in words),
-        ]
-    )
-    n = sum(total(r) for r in counted[0])
+    tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
+    if known.n is None:
+        tails.insert(0, [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2])
+    counted = await run(tails) if tails else []
+    if known.n is None:
+        known.n = sum(total(r) for r in counted.pop(0))
+    for w, replies in zip(todo, counted, strict=True):
+        known.terms[w] = (
+            sum(total(r) for r in replies),
+            {key: tf for r in replies for key, tf in scores(r).items()},
+        )
+    n, stats = known.n, {w: known.terms[w] for w in words}
+    if todo and counts is not None:
+        counts.trim()
     weights: dict[str, float] = {}
     freqs: dict[str, dict[str, float]] = {}
     cut = []
-    for w, replies in zip(words, counted[1:], strict=True):
-        df = sum(total(r) for r in replies)
+    for w in words:
+        df, top = stats[w]
         if df == 0 or w in weights:
             continue
         weights[w] = idf(n, df)
-        freqs[w] = {key: tf for r in replies for key, tf in scores(r).items()}
+        freqs[w] = dict(top)
         if df > len(freqs[w]):
             cut.append(w)
     first = partial(freqs, weights)

@@ -9,6 +9,7 @@ a search: :mod:`gaama.store.subgraph`.
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -144,10 +145,14 @@ class GraphStore(SubgraphReads):
         node_fields: Mapping[str, Mapping[str, str]] | None,
         also: Iterable[Callable[[Any], None]],
     ) -> None:
+        wrote = False
         for n in nodes:
             if n.tenant != tenant:
                 raise ValidationError(f"node {n.id} belongs to tenant {n.tenant!r}, not {tenant!r}")
             pipe.hset(self.keys.node(tenant, n.id), mapping=node_mapping(n))
+            wrote = True
+        if wrote or node_fields or also:  # nodes may change: counts cached by search are stale
+            pipe.set(self.keys.text_version(tenant), secrets.token_hex(8))
         touched: dict[str, None] = {}
         for e in edges:
             self._check_edge(e)

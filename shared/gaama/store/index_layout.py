@@ -53,6 +53,13 @@ def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
 
 #: The node field indexed for full text (the lexical channel of retrieval).
 LEXICAL_FIELD = "text"
+#: Options of the index as a whole, which FT.ALTER cannot change afterwards. ``NOOFFSETS``: no
+#: term positions are kept, which no search of ours reads (the lexical channel matches single
+#: words, with no phrase, slop or highlighting); ``NOFIELDS``: no per-term mask of the TEXT
+#: fields holding it, since :data:`LEXICAL_FIELD` is the only one (a second TEXT field would
+#: need the mask back for ``@text:`` to mean that field alone). Term frequencies stay: the
+#: lexical channel's DISMAX scores are them (:mod:`gaama.store.fulltext`).
+INDEX_OPTIONS = ("NOOFFSETS", "NOFIELDS")
 
 
 def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
@@ -87,6 +94,22 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
             ],
         }
     )
+
+
+def create_args(schema: IndexSchema) -> list[Any]:
+    """``FT.CREATE``'s arguments after the index name: RedisVL's fields with
+    :data:`INDEX_OPTIONS`, which RedisVL does not pass."""
+    args: list[Any] = ["ON", "HASH", "PREFIX", 1, schema.index.prefix, *INDEX_OPTIONS, "SCHEMA"]
+    for f in schema.redis_fields:
+        args += f.redis_args()
+    return args
+
+
+def has_index_options(info: Any) -> bool:
+    """Whether an FT.INFO reply shows every one of :data:`INDEX_OPTIONS`."""
+    top = info if isinstance(info, dict) else dict(zip(info[::2], info[1::2], strict=False))
+    found = top.get(b"index_options", top.get("index_options")) or []
+    return {as_text(o).upper() for o in found} >= set(INDEX_OPTIONS)
 
 
 def has_text_field(info: Any) -> bool:

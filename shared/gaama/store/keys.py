@@ -43,6 +43,10 @@ class Keys:
     def state(self, tenant: str, *name: str) -> str:
         return f"{self.prefix}:state:{{{tenant}}}:" + ":".join(name)
 
+    def text_version(self, tenant: str) -> str:
+        """A token every write of the tenant's nodes replaces (store/fulltext.py's counts)."""
+        return self.state(tenant, "textver")
+
     @property
     def durability_marker(self) -> str:
         """Written before each WAITAOF (store/durability.py); not a tenant's key."""

@@ -21,9 +21,10 @@ Migrating:
    be started again;
 3. creates the index with the current schema and waits until it has indexed every node.
 
-An index of the current tag layout that lacks the full-text field of the lexical channel is
-brought over in place instead: ``FT.ALTER ... SCHEMA ADD text TEXT`` (the node hashes already
-hold the text; the Query Engine indexes it in the background while searches go on).
+- **The full-text field** of the lexical channel (``text``).
+- **Index options** (:data:`~gaama.store.index_layout.INDEX_OPTIONS`): no term offsets, no
+  per-term field mask. An index without them serves as it is, at more memory per node; FT.ALTER
+  cannot remove them, so the definition is dropped and made again like the others.
 
 In place, searches answer 503 between steps 1 and 3 and writers must be stopped first (a node
 written by an old writer after step 2 lacks the new fields and could not be found). Pointed at a
@@ -32,13 +33,15 @@ after the services have moved to the new name picks up what old writers wrote me
 old index is dropped, a last run frees the old vector fields (docs/operations.md, "Index schema
 changes").
 
-On Redis Cluster the scan and the wait cover every primary (each has its own index); no index of
-an old layout can exist there (the code that wrote them never ran on a cluster).
+On Redis Cluster the scan, the drop and the wait cover every primary (each has its own index); of
+the old layouts, only one without the index options can exist there (the code that wrote the
+others never ran on a cluster).
 """
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,9 +63,9 @@ from gaama.store.codecs import (
 )
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
-    LEXICAL_FIELD,
     has_current_vectors,
     has_exact_tags,
+    has_index_options,
     has_text_field,
     vector_attribute,
 )
@@ -76,7 +79,6 @@ _POLL_S = 0.5
 @dataclass
 class MigrationReport:
     dropped_old_index: bool = False
-    added_text_field: bool = False
     nodes_seen: int = 0
     nodes_updated: int = 0
     vectors_converted: int = 0
@@ -107,19 +109,11 @@ async def migrate_index(
     """
     report = MigrationReport()
     with store_errors():
-        info = None if cluster.is_cluster(redis) else await _info(redis, index.name)
-        if info is not None and not (has_exact_tags(info) and has_current_vectors(info)):
-            await redis.execute_command("FT.DROPINDEX", index.name)  # type: ignore[no-untyped-call]
+        infos = await _infos(redis, index)
+        if not all(_current(info) for info in infos):
+            await index.drop()
             report.dropped_old_index = True
             progress(f"dropped the old definition of {index.name!r} (documents kept)")
-        elif info is not None and not has_text_field(info):
-            # Adding a field keeps the index serving; the Query Engine re-scans every document
-            # for it in the background (waited for below).
-            await redis.execute_command(  # type: ignore[no-untyped-call]
-                "FT.ALTER", index.name, "SCHEMA", "ADD", LEXICAL_FIELD, "TEXT"
-            )
-            report.added_text_field = True
-            progress(f"added the full-text field {LEXICAL_FIELD!r} to {index.name!r}")
         if not cluster.is_cluster(redis):
             report.old_vectors_kept_for = await _indexes_of_old_vectors(redis, index)
         if report.old_vectors_kept_for:
@@ -142,6 +136,12 @@ async def migrate_index(
             )
     await index.ensure()
     report.indexed = await _wait_indexed(index, progress)
+    # What the index holds changed under the tenants' counts kept by searches (store/fulltext.py)
+    with store_errors():
+        async with redis.pipeline(transaction=False) as pipe:
+            for tenant in backfill.tenants:
+                pipe.set(index.keys.text_version(tenant), secrets.token_hex(8))
+            await pipe.execute()
     return report
 
 
@@ -161,6 +161,24 @@ async def _backfill_batch(
             f"nodes checked: {report.nodes_seen}, updated: {report.nodes_updated} "
             f"(vectors converted: {report.vectors_converted})"
         )
+
+
+def _current(info: Any) -> bool:
+    """Whether an FT.INFO reply shows an index of the current layout in every respect."""
+    return (
+        has_exact_tags(info)
+        and has_current_vectors(info)
+        and has_text_field(info)
+        and has_index_options(info)
+    )
+
+
+async def _infos(redis: aioredis.Redis, index: VectorIndex) -> list[Any]:
+    """FT.INFO of ``index`` (on a cluster: of each primary's); none where it does not exist."""
+    if cluster.is_cluster(redis):
+        return await index.infos()
+    info = await _info(redis, index.name)
+    return [] if info is None else [info]
 
 
 async def _info(redis: aioredis.Redis, name: str) -> Any:
@@ -192,6 +210,7 @@ class _Backfill:
     def __init__(self, redis: aioredis.Redis, dim: int, *, drop_old: bool) -> None:
         self.redis = redis
         self.drop_old = drop_old
+        self.tenants: set[str] = set()  # of the nodes seen
         self.f16_size = dim * VECTOR_DTYPE().itemsize
         self.f32_size = dim * 4
         self.fields = [
@@ -216,6 +235,7 @@ class _Backfill:
                 f16, f32, i8 = row[2 * n :]
                 if not source[0]:  # not a node hash (no tenant): leave it alone
                     continue
+                self.tenants.add(source[0])
                 updates: dict[Any, Any] = {}
                 digests = [ids.tag(v) for v in source]
                 if digests != present:

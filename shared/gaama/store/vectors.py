@@ -20,6 +20,7 @@ Scans in time order and the routing of every ``FT.SEARCH`` are the base class's
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -30,7 +31,6 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redisvl.exceptions import RedisSearchError
 from redisvl.index import AsyncSearchIndex
 
 from gaama import ids
@@ -42,7 +42,9 @@ from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
     LEXICAL_FIELD,
     check_info,
+    create_args,
     documents,
+    has_index_options,
     hybrid_policy,
     index_schema,
     scope_filter,
@@ -68,6 +70,8 @@ class LexicalHit:
     fields: dict[str, str] = field(default_factory=dict)  # stored fields asked for
     vector: np.ndarray | None = None  # the stored vector as float32, when the node has one
 
+
+log = logging.getLogger(__name__)
 
 _DIST = "dist"  # the KNN distance's name in a search reply
 #: How long a tenant's size, read to choose its KNN's hybrid policy, is reused: sizes change
@@ -95,17 +99,21 @@ class VectorIndex(IndexReads):
         self.redis = redis
         schema = index_schema(name, self.keys, dim)
         self._index = AsyncSearchIndex(schema, redis_client=redis, owns_client=False)
+        # Our own FT.CREATE: RedisVL passes no index options (index_layout.INDEX_OPTIONS).
+        self._create = create_args(schema)
         # On Redis Cluster: the index on every primary (None on a single server).
         self._nodes: NodeIndexes | None = None
         if cluster.is_cluster(redis):
-            create = ["ON", "HASH", "PREFIX", 1, self.keys.node_prefix, "SCHEMA"]
-            for f in schema.redis_fields:
-                create += f.redis_args()
-            self._nodes = NodeIndexes(redis, name, self.keys, create)
+            self._nodes = NodeIndexes(redis, name, self.keys, self._create)
         self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
+        self._counts = fulltext.Counts()
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
+
+        An index without the current :data:`~gaama.store.index_layout.INDEX_OPTIONS` (made
+        by an earlier version) serves as it is, its term offsets costing memory only; a warning
+        names ``gaama migrate index``, which rebuilds it without them.
 
         Raises:
             ConfigError: the index predates exact tag matching (run ``gaama migrate index``).
@@ -113,22 +121,28 @@ class VectorIndex(IndexReads):
         """
         try:
             if self._nodes is not None:
-                for _, info in await self._nodes.each("FT.INFO", create=True):
-                    check_info(info, self.name, self.dim)
-                return
-            if not await self._index.exists():
-                try:
-                    await self._index.create(overwrite=False)
-                    return
-                except RedisSearchError as exc:
-                    # Services start together on a new Redis: another one created the index
-                    # between the check and the create. Check the one it made.
-                    if "already exists" not in str(exc).lower():
-                        raise
-            info = await self.redis.execute_command("FT.INFO", self.name)  # type: ignore[no-untyped-call]
+                infos = [info for _, info in await self._nodes.each("FT.INFO", create=True)]
+            else:
+                if not await self._index.exists():
+                    try:
+                        await self.redis.execute_command("FT.CREATE", self.name, *self._create)  # type: ignore[no-untyped-call]
+                        return
+                    except ResponseError as exc:
+                        # Services start together on a new Redis: another one created the index
+                        # between the check and the create. Check the one it made.
+                        if "already exists" not in str(exc).lower():
+                            raise
+                infos = [await self.redis.execute_command("FT.INFO", self.name)]  # type: ignore[no-untyped-call]
         except (RedisConnectionError, RedisTimeoutError) as exc:
             raise StoreUnavailable(f"Redis unavailable: {exc}") from exc
-        check_info(info, self.name, self.dim)
+        for info in infos:
+            check_info(info, self.name, self.dim)
+        if not all(has_index_options(info) for info in infos):
+            log.warning(
+                "index %r keeps term offsets that no search reads; 'gaama migrate index' "
+                "rebuilds it without them (docs/operations.md, 'Index schema changes')",
+                self.name,
+            )
 
     async def ready(self) -> bool:
         """Whether the index exists (on a cluster: on every primary)."""
@@ -213,7 +227,9 @@ class VectorIndex(IndexReads):
         async def texts(keys: list[str]) -> list[str]:
             return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
 
-        best = await fulltext.search(run, texts, str(flt), words, k)
+        best = await fulltext.search(
+            run, texts, str(flt), words, k, self._counts, await self._text_version(tenant)
+        )
         names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
         rows = await self._hashes_fields([key for key, _ in best], names)
         scored = [
@@ -239,6 +255,18 @@ class VectorIndex(IndexReads):
                 )
             )
         return hits
+
+    async def _text_version(self, tenant: str) -> tuple[str, str] | None:
+        """The version of ``tenant``'s documents (:mod:`gaama.store.fulltext`): the token its
+        writes of nodes replace and its ingest counter (appended episodes), or None before its
+        first such write (or after its keys were removed), when no count is kept."""
+        with store_errors():
+            token, ingested = await self.redis.mget(
+                [self.keys.text_version(tenant), self.keys.state(tenant, "iseq")]
+            )
+        if token is None:
+            return None
+        return as_text(token), as_text(ingested)
 
     async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
         """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
