@@ -56,7 +56,7 @@ async def test_facts_are_rewritten_and_dated() -> None:
     texts = [f.text for f in result.facts]
     assert "Caroline went to a LGBTQ support group on 7 May 2023 and it was so powerful." in texts
     assert "Melanie painted that lake sunrise in 2022." in texts
-    assert "Melanie is swamped with the kids & work (said 8 May 2023)." in texts
+    assert "Melanie is swamped with the kids & work (said on 8 May 2023)." in texts
     assert result.extractor == "offline"
     by_text = {f.text: f for f in result.facts}
     support = by_text[texts[[t.startswith("Caroline went") for t in texts].index(True)]]
@@ -81,7 +81,7 @@ async def test_hedged_facts_have_lower_belief() -> None:
     hedged = [f for f in result.facts if "paint more" in f.text]
     assert len(hedged) == 1
     assert hedged[0].belief < 1.0
-    assert hedged[0].text == "Maybe Melanie will paint more (said 8 May 2023)."
+    assert hedged[0].text == "Maybe Melanie will paint more (said on 8 May 2023)."
 
 
 async def test_you_becomes_the_other_speaker() -> None:
@@ -106,7 +106,7 @@ async def test_clauses_joined_by_a_spaced_dash_are_facts_of_their_own() -> None:
     assert not any("studio" in t and "teach" in t for t in texts)
     # a range between numbers and a hyphenated word are not clause breaks
     assert [t for t in texts if "trail" in t] == [
-        "Gina runs 5 - 6 km on a well-known trail every morning (said 8 May 2023)."
+        "Gina runs 5 - 6 km on a well-known trail every morning (said on 8 May 2023)."
     ]
 
 
@@ -176,16 +176,16 @@ def _inputs() -> list[ReflectionInput]:
         ),
         ReflectionInput(
             "f2",
-            "Caroline mentors LGBTQ youth (said 9 June 2023).",
+            "Caroline mentors LGBTQ youth (said on 9 June 2023).",
             ("support", "mentor"),
             "Caroline",
         ),
         ReflectionInput(
-            "f3", "Caroline gives talks at school (said 9 June 2023).", ("support",), "Caroline"
+            "f3", "Caroline gives talks at school (said on 9 June 2023).", ("support",), "Caroline"
         ),
         ReflectionInput("f4", "Melanie painted a sunrise in 2022.", ("painting",), "Melanie"),
         ReflectionInput(
-            "f5", "Melanie likes support groups (said 9 June 2023).", ("support",), "Melanie"
+            "f5", "Melanie likes support groups (said on 9 June 2023).", ("support",), "Melanie"
         ),
     ]
 
@@ -260,11 +260,11 @@ async def test_discourse_openers_are_stripped_and_the_content_kept() -> None:
         ("Caroline", "Thanks to my mentor, I got the internship."),
     )
     assert texts == [
-        "Priya finally signed up for the marathon (said 8 May 2023).",
-        "Melanie started a pottery class (said 8 May 2023).",
-        "Caroline's sister moved to Boston (said 8 May 2023).",
-        "Melanie adopted a puppy named Oscar (said 8 May 2023).",
-        "Thanks to Caroline's mentor, Caroline got the internship (said 8 May 2023).",
+        "Priya finally signed up for the marathon (said on 8 May 2023).",
+        "Melanie started a pottery class (said on 8 May 2023).",
+        "Caroline's sister moved to Boston (said on 8 May 2023).",
+        "Melanie adopted a puppy named Oscar (said on 8 May 2023).",
+        "Thanks to Caroline's mentor, Caroline got the internship (said on 8 May 2023).",
     ]
 
 
@@ -273,6 +273,6 @@ async def test_one_fact_per_clause() -> None:
         ("Melanie", "I painted the lake at sunrise; my kids hiked the trail with me."),
     )
     assert texts == [
-        "Melanie painted the lake at sunrise (said 8 May 2023).",
-        "Melanie's kids hiked the trail with Melanie (said 8 May 2023).",
+        "Melanie painted the lake at sunrise (said on 8 May 2023).",
+        "Melanie's kids hiked the trail with Melanie (said on 8 May 2023).",
     ]

@@ -102,7 +102,7 @@ def test_a_node_is_in_a_period_by_its_time_or_the_dates_it_names() -> None:
     in_may = datetime(2023, 5, 14, 9, 0, tzinfo=UTC).timestamp()
     in_june = datetime(2023, 6, 14, 9, 0, tzinfo=UTC).timestamp()
     assert in_periods(periods, in_may, "")
-    assert not in_periods(periods, in_june, "Melanie ran a race (said 14 June 2023).")
+    assert not in_periods(periods, in_june, "Melanie ran a race (said on 14 June 2023).")
     # Said in June about a day in May: the date in its text counts.
     assert in_periods(periods, in_june, "Melanie ran a charity race on 20 May 2023.")
     assert in_periods(periods, None, "[1:56 pm on 8 May, 2023] Melanie: I ran a race.")

@@ -6,8 +6,7 @@ Used when no LLM endpoint is configured, and in CI. Same schema as the LLM extra
   count as sentences: "it opened last week - I teach there now" is two facts), first person
   rewritten to the speaker's name ("you" to the other speaker when the chunk has exactly two),
   relative dates resolved against the turn's time, and the day it was said appended when the
-  sentence carries no date of its own, in as few words as says it ("Melanie painted that
-  lake sunrise (said 8 May 2023)."; each word is spent again in every memory the fact enters);
+  sentence carries no date of its own ("Melanie painted that lake sunrise (said on 8 May 2023).");
 - concepts: 1–3 YAKE-based labels per episode (see :mod:`gaama.extract.concepts`), reusing
   existing labels when they are near-duplicates;
 - reflections: facts sharing a subject and a concept, stated as the pattern they make (how
@@ -165,7 +164,7 @@ def _finish(sentence: str, said_on: str, dated: bool) -> str:
     """End a fact with one full stop, adding when it was said if it has no date of its own."""
     body = sentence.rstrip(" .!?;:,-")
     if not dated:
-        body = f"{body} (said {said_on})"
+        body = f"{body} (said on {said_on})"
     return body + "."
 
 

@@ -273,7 +273,7 @@ class Retriever:
         prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
-            show(item, shown.get(item.id, {}))
+            show(item, shown.get(item.id, {}), p.compact_text)
         items = [i for i in items if i.text]  # a node deleted since it was read has none
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
