@@ -159,6 +159,9 @@ class RetrievalSettings(BaseModel):
     # Items show their text compacted (docs/architecture.md, "Packing"): a fact's
     # "(said on D)" as "(said D)", one word less of the budget per fact.
     compact_text: bool = True
+    # A reflection takes the reflections' share of the budget only when it scores at least this
+    # share of the best candidate's score (docs/architecture.md, "Packing"; 0: always).
+    reflection_floor: float = Field(0.8, ge=0.0, le=1.0)
 
 
 class Settings(BaseSettings):

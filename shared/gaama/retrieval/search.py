@@ -267,7 +267,9 @@ class Retriever:
                 sims[node], shown[node] = similarity, fields
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
-        caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
+        caps = Caps(
+            p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words, p.reflection_floor
+        )
         # Similarity fused with the full-text match over every candidate (expanded ones too).
         relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
         prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
