@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gaama.model import NodeKind
+from gaama.retrieval.candidates import compact, show
 from gaama.retrieval.pack import (
     Caps,
     Item,
@@ -17,7 +18,6 @@ from gaama.retrieval.pack import (
     shares,
     total_words,
 )
-from gaama.retrieval.candidates import compact, show
 from gaama.retrieval.scoring import cosine
 from gaama.retrieval.search import read_ahead_order
 
