@@ -156,6 +156,12 @@ class RetrievalSettings(BaseModel):
     # The ranked list says each turn once: an episode a higher-ranked fact was derived from, or
     # a fact whose source turns are all above it, is passed over (packing already does this).
     rank_distinct: bool = True
+    # Items show their text compacted (docs/architecture.md, "Packing"): a fact's
+    # "(said on D)" as "(said D)", one word less of the budget per fact.
+    compact_text: bool = True
+    # A reflection takes the reflections' share of the budget only when it scores at least this
+    # share of the best candidate's score (docs/architecture.md, "Packing"; 0: always).
+    reflection_floor: float = Field(0.8, ge=0.0, le=1.0)
 
 
 class Settings(BaseSettings):

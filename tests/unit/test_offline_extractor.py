@@ -197,11 +197,20 @@ async def test_reflections_combine_facts_of_one_subject() -> None:
     assert draft.fact_ids == ("f1", "f2", "f3")
     assert draft.subject == "Caroline"
     # The pattern over time the facts make, not their texts strung together.
-    assert draft.text == (
-        "Caroline came back to support 3 times, from 7 May 2023 to 9 June 2023 "
-        "(7 May 2023, 9 June 2023)."
-    )
+    assert draft.text == "Caroline came back to support 3 times (7 May 2023, 9 June 2023)."
     assert "support group" not in draft.text
+
+
+async def test_reflection_of_many_days_lists_the_first_and_spans_them_all() -> None:
+    facts = [
+        ReflectionInput(f"f{i}", f"Mel ran a race on {i} May 2023.", ("running",), "Mel")
+        for i in range(1, 9)
+    ]
+    drafts = await OfflineExtractor(max_group=8).reflect(facts, [])
+    assert [d.text for d in drafts] == [
+        "Mel came back to running 8 times, from 1 May 2023 to 8 May 2023 (1 May 2023, "
+        "2 May 2023, 3 May 2023, 4 May 2023, 5 May 2023, 6 May 2023, ...)."
+    ]
 
 
 async def test_reflection_without_dates_states_the_count() -> None:

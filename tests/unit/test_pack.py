@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from gaama.model import NodeKind
+from gaama.retrieval.candidates import compact, show
 from gaama.retrieval.pack import (
     Caps,
     Item,
@@ -79,6 +80,29 @@ def test_unused_share_is_redistributed() -> None:
     # facts 120 w (12), refl 10 of 40 w, episodes 160 w (16); 30 spare words → 3 more facts.
     assert counts == {F: 15, R: 2, E: 16}
     assert total_words(packed) <= 320
+
+
+def test_a_reflection_below_the_floor_takes_no_share() -> None:
+    # Facts score 3.0 down, so the floor at 0.5 is 1.5: r0 (2.0) has a share, r1 (1.0) not.
+    items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
+    items += [item("r0", R, 2.0, words=10), item("r1", R, 1.0, words=10)]
+    items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
+    packed = {i.id for i in pack(items, Caps(budget_words=320, reflection_floor=0.5))}
+    assert "r0" in packed and "r1" not in packed
+    # Without the floor both take the reflections' share.
+    assert {"r0", "r1"} <= {i.id for i in pack(items, Caps(budget_words=320))}
+
+
+def test_when_no_reflection_reaches_the_floor_its_share_goes_to_the_other_kinds() -> None:
+    items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
+    items += [item(f"r{n}", R, 1.2 - n / 100, words=10) for n in range(20)]
+    items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
+    packed = pack(items, Caps(budget_words=320, reflection_floor=0.5))
+    counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
+    # Shares over facts and episodes only (60:80 of 320 words): 13 facts and 18 episodes; the
+    # 10 words left go to the best remaining item, a fact.
+    assert counts == {F: 14, R: 0, E: 18}
+    assert total_words(packed) == 320
 
 
 def test_budget_never_exceeded_and_oversized_items_skipped() -> None:
@@ -180,3 +204,13 @@ def test_ranked_list_says_each_turn_once() -> None:
     solo = item("f9", F, 1.0)
     solo.sources = ("e5",)
     assert [i.id for i in distinct_turns([item("e5", E, 2.0), solo], 5)] == ["e5"]
+
+
+def test_a_fact_shows_the_day_it_was_said_in_one_word_less() -> None:
+    said = "Melanie painted a lake sunrise (said on 8 May 2023)."
+    assert compact(F, said) == "Melanie painted a lake sunrise (said 8 May 2023)."
+    assert compact(F, "Melanie ran a race on 20 May 2023.") == "Melanie ran a race on 20 May 2023."
+    assert compact(E, said) == said  # a turn is shown verbatim
+    shown = Item(id="f1", kind=F)
+    show(shown, {"text": said}, compact_text=False)
+    assert shown.text == said

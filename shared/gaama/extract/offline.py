@@ -168,10 +168,15 @@ def _finish(sentence: str, said_on: str, dated: bool) -> str:
     return body + "."
 
 
+#: Most days a recurring pattern lists.
+_DAYS_SHOWN = 6
+
+
 def _pattern(who: str, topic: str, facts: Sequence[ReflectionInput]) -> str:
     """A recurring pattern: how many times ``who`` came back to ``topic``, and on which days
-    (the first date each fact names), e.g. "Melanie came back to pottery 3 times, from 8 May
-    2023 to 20 August 2023 (8 May 2023, 3 July 2023, 20 August 2023)."."""
+    (the first date each fact names), e.g. "Melanie came back to pottery 3 times (8 May 2023,
+    3 July 2023, 20 August 2023)."; past :data:`_DAYS_SHOWN` days, the first ones and the span
+    from the first to the last."""
     days = []
     for fact in facts:
         if m := _DAY.search(fact.text):
@@ -181,11 +186,12 @@ def _pattern(who: str, topic: str, facts: Sequence[ReflectionInput]) -> str:
                 continue
     times = f"{who} came back to {topic} {len(facts)} times"
     distinct = sorted(set(days))
-    if len(distinct) >= 2:
-        shown = ", ".join(format_day(d) for d in distinct[:6])
-        more = ", ..." if len(distinct) > 6 else ""
+    if len(distinct) > _DAYS_SHOWN:  # the list is cut: the span says where it ends
+        shown = ", ".join(format_day(d) for d in distinct[:_DAYS_SHOWN])
         span = f"from {format_day(distinct[0])} to {format_day(distinct[-1])}"
-        return f"{times}, {span} ({shown}{more})."
+        return f"{times}, {span} ({shown}, ...)."
+    if len(distinct) >= 2:  # every day listed: a span would repeat the first and the last
+        return f"{times} ({', '.join(format_day(d) for d in distinct)})."
     if distinct:
         return f"{times}, all on {format_day(distinct[0])}."
     return f"{times}."

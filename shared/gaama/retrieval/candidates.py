@@ -4,6 +4,7 @@ expanded nodes, the walk, the time prior, and a candidate's stored fields shown 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Container, Iterable, Mapping, Sequence
 
 import numpy as np
@@ -77,11 +78,25 @@ def join_matches(
         shown[m.id] = m.fields
 
 
-def show(item: Item, fields: Mapping[str, str]) -> None:
+# The day a fact was said, as the offline extractor appends it: "(said on 8 May 2023)".
+_SAID_ON = re.compile(r"\(said on (\d{1,2} [A-Z][a-z]+ \d{4})\)")
+
+
+def compact(kind: NodeKind, text: str) -> str:
+    """The text an item shows: a fact's "(said on D)" as "(said D)". The stored text (what
+    is embedded and indexed) is left as extracted; the memory spends one word less on each
+    fact that carries the day it was said, and says the same."""
+    return _SAID_ON.sub(r"(said \1)", text) if kind is NodeKind.FACT else text
+
+
+def show(item: Item, fields: Mapping[str, str], compact_text: bool = True) -> None:
     """Copy a node's stored text, time and place onto its item (a node deleted since the KNN
-    read has no fields: its empty text drops it)."""
+    read has no fields: its empty text drops it); with ``compact_text`` the text is
+    :func:`compact`'s."""
     get = fields.get
     item.text = get("text", "")
+    if compact_text:
+        item.text = compact(item.kind, item.text)
     if time_ := get("time"):
         item.time = float(time_)
     item.conversation = get("conversation", "")

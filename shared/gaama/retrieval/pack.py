@@ -9,6 +9,11 @@ The rule, precisely:
    a share ``budget · cap_kind / Σ caps`` (the sum over those kinds, so a kind with nothing to
    offer leaves no share unused). Kinds are served facts, reflections, episodes; within its share
    a kind takes its items in rank order and stops at the first that does not fit.
+   A reflection takes its kind's share only when it scores at least ``reflection_floor`` times
+   the best candidate's score: it covers no turn itself but restates facts, so a share spent on
+   reflections that are not about the question (a pattern of an unrelated topic) is evidence
+   left out. Reflections below the floor have no share and compete for the pooled remainder
+   (rule 4) in rank order; when none reaches the floor their share goes to the other kinds.
 4. Unused shares are pooled and redistributed: the remaining eligible items of every kind, in
    global rank order, are added while they fit what is left of the whole budget (an item too long
    for the remainder is skipped, a shorter later one may still fit).
@@ -74,6 +79,7 @@ class Caps:
     reflections: int = 20
     episodes: int = 80
     budget_words: int = 1000
+    reflection_floor: float = 0.0  # share of the best score a reflection needs for its share
 
     def cap(self, kind: NodeKind) -> int:
         if kind is NodeKind.FACT:
@@ -124,7 +130,12 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
         Facts by score, reflections by score, then episodes in time order.
     """
     eligible = capped(items, caps)
-    share = shares((i.kind for i in eligible), caps)
+    floor = caps.reflection_floor * eligible[0].score if eligible else 0.0
+
+    def has_share(item: Item) -> bool:
+        return item.kind is not NodeKind.REFLECTION or item.score >= floor
+
+    share = shares((i.kind for i in eligible if has_share(i)), caps)
     chosen: set[str] = set()
     carried: set[str] = set()  # episodes whose turn a packed fact carries
 
@@ -140,7 +151,7 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
             continue
         spent = 0
         for item in (i for i in eligible if i.kind is kind and i.id not in carried):
-            if spent + words[item.id] > share[kind]:
+            if not has_share(item) or spent + words[item.id] > share[kind]:
                 break
             spent += words[item.id]
             take(item)

@@ -267,13 +267,15 @@ class Retriever:
                 sims[node], shown[node] = similarity, fields
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
-        caps = Caps(p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words)
+        caps = Caps(
+            p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words, p.reflection_floor
+        )
         # Similarity fused with the full-text match over every candidate (expanded ones too).
         relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
         prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
-            show(item, shown.get(item.id, {}))
+            show(item, shown.get(item.id, {}), p.compact_text)
         items = [i for i in items if i.text]  # a node deleted since it was read has none
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
