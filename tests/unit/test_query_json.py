@@ -55,6 +55,7 @@ def _result() -> SearchResult:
 
 def _model(i: Item) -> ItemOut:
     # The models the route's OpenAPI schema names, built the way the service did before.
+    sources = i.provenance
     return ItemOut(
         id=i.id,
         kind=i.kind.value,
@@ -64,7 +65,7 @@ def _model(i: Item) -> ItemOut:
         sim=round(i.sim, 6),
         ppr=round(i.ppr, 6),
         score=round(i.score, 6),
-        provenance=[ProvenanceOut(episode_id=p.episode_id, turn_id=p.turn_id) for p in i.provenance],
+        provenance=[ProvenanceOut(episode_id=p.episode_id, turn_id=p.turn_id) for p in sources],
     )
 
 
@@ -76,9 +77,7 @@ def test_search_json_is_the_response_model() -> None:
         ranked=[_model(i) for i in r.ranked],
         words=r.words,
         mode=r.mode,
-        stats=Stats(
-            timings_ms={"embed": 1.235, "knn": 0.0}, subgraph_nodes=300, ppr_iterations=12
-        ),
+        stats=Stats(timings_ms={"embed": 1.235, "knn": 0.0}, subgraph_nodes=300, ppr_iterations=12),
     )
     assert SearchResponse.model_validate_json(body) == expected
     assert json.loads(body) == json.loads(expected.model_dump_json())
