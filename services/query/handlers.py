@@ -21,7 +21,7 @@ from gaama.config import Settings
 from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
-from gaama.model import Node
+from gaama.model import Node, NodeKind
 from gaama.retrieval.limits import check_request
 from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
@@ -191,7 +191,7 @@ def _item(i: Item) -> dict[str, object]:
     see :func:`search_json`)."""
     return {
         "id": i.id,
-        "kind": i.kind.value,
+        "kind": _KIND_LABELS[i.kind],
         "text": i.text,
         "time": i.time,
         "conversation": i.conversation,
@@ -200,6 +200,10 @@ def _item(i: Item) -> dict[str, object]:
         "score": round(i.score, 6),
         "provenance": [{"episode_id": p.episode_id, "turn_id": p.turn_id} for p in i.provenance],
     }
+
+
+#: A kind's label; an enum member's ``.value`` is a descriptor call, once per item.
+_KIND_LABELS = {k: k.value for k in NodeKind}
 
 
 def _stats(r: SearchResult) -> dict[str, object]:
@@ -266,7 +270,13 @@ async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> byt
 
 def search_json(r: SearchResult) -> bytes:
     """``r`` as the JSON of a :class:`SearchResponse`."""
-    return to_json({**_packed(r), "ranked": [_item(i) for i in r.ranked]})
+    memory = [_item(i) for i in r.memory]
+    # The ranked items are mostly packed too (the same objects): each is laid out once.
+    laid_out = {id(i): out for i, out in zip(r.memory, memory, strict=True)}
+    ranked = [laid_out.get(id(i)) or _item(i) for i in r.ranked]
+    return to_json(
+        {"memory": memory, "ranked": ranked, "words": r.words, "mode": r.mode, "stats": _stats(r)}
+    )
 
 
 async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> bytes:

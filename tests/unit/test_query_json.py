@@ -41,10 +41,11 @@ def _result() -> SearchResult:
         ppr=0.0,
         score=0.5,
     )
+    unpacked = Item(id="r3", kind=NodeKind.REFLECTION, text="ranked, not packed", score=0.1)
     return SearchResult(
         mode="gaama",
         memory=[episode, fact],
-        ranked=[fact],
+        ranked=[fact, unpacked],
         words=17,
         timings_ms={"embed": 1.23456, "knn": 0.0},
         subgraph_nodes=300,
