@@ -147,6 +147,10 @@ def main() -> None:
             asyncio.run(split(f"redis://127.0.0.1:{port}", nodes, searches))
         finally:
             os.kill(pid, signal.SIGTERM)
+            for _ in range(100):  # its files are removed with the directory once it has exited
+                if not processes.alive(pid):
+                    break
+                time.sleep(0.1)
     packing()
 
 
