@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 
-from fastapi import FastAPI, Request, Response
-from prometheus_client import CollectorRegistry
+from fastapi import FastAPI, Response
+from prometheus_client import CollectorRegistry, Counter
 from redis.exceptions import RedisError
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gaama.errors import StoreUnavailable
 from gaama.metrics import graph_size_gauge
@@ -84,29 +85,19 @@ def create_app(
     for endpoint in ENDPOINTS:
         metrics.requests.labels(endpoint, "200")
 
-    @app.middleware("http")
-    async def count_requests(
-        request: Request, call_next: Callable[[Request], Awaitable[Response]]
-    ) -> Response:
-        response = await call_next(request)
-        route = request.scope.get("route")
-        endpoint = getattr(route, "path", "unmatched")
-        if endpoint in ENDPOINTS:
-            metrics.requests.labels(endpoint, str(response.status_code)).inc()
-        return response
-
+    app.add_middleware(CountRequests, counter=metrics.requests)
     install_error_handlers(app, deps.settings, metrics.errors, log)
     app.add_middleware(BodyLimit, limit=deps.settings.http_max_body_bytes)
 
     @app.post("/v1/search", response_model=SearchResponse)
-    async def search(body: SearchRequest, tenant: Tenant) -> SearchResponse:
+    async def search(body: SearchRequest, tenant: Tenant) -> Response:
         """Packed memory and the top-k ranking for a query, from the caller's tenant."""
-        return await handle_search(body, tenant, deps)
+        return _json(await handle_search(body, tenant, deps))
 
     @app.post("/v1/answer", response_model=AnswerResponse)
-    async def answer(body: AnswerRequest, tenant: Tenant) -> AnswerResponse:
+    async def answer(body: AnswerRequest, tenant: Tenant) -> Response:
         """An LLM answer from the packed memory (503 when no LLM is configured)."""
-        return await handle_answer(body, tenant, deps)
+        return _json(await handle_answer(body, tenant, deps))
 
     @app.get("/v1/nodes/{node_id}", response_model=NodeResponse)
     async def node(node_id: str, tenant: Tenant) -> NodeResponse:
@@ -130,3 +121,38 @@ def create_app(
         app, registry, lambda: readiness(deps), deps.settings, before_scrape=refresh_gauges
     )
     return app
+
+
+def _json(body: bytes) -> Response:
+    # The handler has laid out and serialised the response model's fields: a Response is
+    # sent as it is, where a model would be validated and serialised again.
+    return Response(body, media_type="application/json")
+
+
+class CountRequests:
+    """ASGI middleware: ``requests{endpoint, status}`` of the known endpoints.
+
+    Plain ASGI rather than ``@app.middleware("http")``, whose wrapper runs each request's
+    response through a stream between two tasks.
+    """
+
+    def __init__(self, app: ASGIApp, counter: Counter) -> None:
+        self.app = app
+        self.counter = counter
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 0
+
+        async def note(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        await self.app(scope, receive, note)
+        endpoint = getattr(scope.get("route"), "path", "unmatched")
+        if status and endpoint in ENDPOINTS:
+            self.counter.labels(endpoint, str(status)).inc()

@@ -7,19 +7,21 @@ forbid unknown fields, so a ``tenant`` in a body is rejected rather than ignored
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, TypedDict
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import to_json
 
 from gaama import ids
 from gaama.config import Settings
 from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
-from gaama.model import Node
+from gaama.model import Node, NodeKind
 from gaama.retrieval.limits import check_request
 from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
@@ -182,28 +184,34 @@ class QueryDeps:
 # --- handlers ---------------------------------------------------------------------------------
 
 
-def _item(i: Item) -> ItemOut:
-    return ItemOut(
-        id=i.id,
-        kind=i.kind.value,
-        text=i.text,
-        time=i.time,
-        conversation=i.conversation,
-        sim=round(i.sim, 6),
-        ppr=round(i.ppr, 6),
-        score=round(i.score, 6),
-        provenance=[
-            ProvenanceOut(episode_id=p.episode_id, turn_id=p.turn_id) for p in i.provenance
-        ],
-    )
+def _item(i: Item) -> dict[str, object]:
+    """An item as :class:`ItemOut` lays it out, as plain data: a search returns up to a few
+    hundred of them, and building and then re-validating a model per item and per provenance
+    entry cost more than the rest of the response (the route serialises the whole answer once,
+    see :func:`search_json`)."""
+    return {
+        "id": i.id,
+        "kind": _KIND_LABELS[i.kind],
+        "text": i.text,
+        "time": i.time,
+        "conversation": i.conversation,
+        "sim": round(i.sim, 6),
+        "ppr": round(i.ppr, 6),
+        "score": round(i.score, 6),
+        "provenance": [{"episode_id": p.episode_id, "turn_id": p.turn_id} for p in i.provenance],
+    }
 
 
-def _stats(r: SearchResult) -> Stats:
-    return Stats(
-        timings_ms={k: round(v, 3) for k, v in r.timings_ms.items()},
-        subgraph_nodes=r.subgraph_nodes,
-        ppr_iterations=r.ppr_iterations,
-    )
+#: A kind's label; an enum member's ``.value`` is a descriptor call, once per item.
+_KIND_LABELS = {k: k.value for k in NodeKind}
+
+
+def _stats(r: SearchResult) -> dict[str, object]:
+    return {
+        "timings_ms": {k: round(v, 3) for k, v in r.timings_ms.items()},
+        "subgraph_nodes": r.subgraph_nodes,
+        "ppr_iterations": r.ppr_iterations,
+    }
 
 
 async def _retrieve(
@@ -218,33 +226,33 @@ async def _retrieve(
         )
     check_request(s.limits, s.retrieval, k=k, budget=req.budget, params=req.params)
     scope = req.scope
-    result = await deps.retriever.search(
-        tenant,
-        query,
-        mode=req.mode,
-        budget=req.budget,
-        k=k,
-        subject=scope.subject if scope else None,
-        conversation=scope.conversation if scope else None,
-        params=req.params,
-    )
-    hidden = await deps.hidden(tenant)
+    # What a pending forget hides is read beside the search, not after it: one round trip
+    # fewer in a row. A forget accepted before this request began is seen either way.
+    hiding = asyncio.ensure_future(deps.hidden(tenant))
+    try:
+        result = await deps.retriever.search(
+            tenant,
+            query,
+            mode=req.mode,
+            budget=req.budget,
+            k=k,
+            subject=scope.subject if scope else None,
+            conversation=scope.conversation if scope else None,
+            params=req.params,
+        )
+    except BaseException:
+        hiding.cancel()
+        await asyncio.gather(hiding, return_exceptions=True)  # its outcome is not wanted now
+        raise
+    hidden = await hiding
     if hidden:
         result.memory = await visible(deps.graph, tenant, hidden, result.memory)
         result.ranked = await visible(deps.graph, tenant, hidden, result.ranked)
     return result
 
 
-class _Packed(TypedDict):
+def _packed(r: SearchResult) -> dict[str, object]:
     """What search and answer both return: the packed memory and how it was made."""
-
-    memory: list[ItemOut]
-    words: int
-    mode: str
-    stats: Stats
-
-
-def _packed(r: SearchResult) -> _Packed:
     return {
         "memory": [_item(i) for i in r.memory],
         "words": r.words,
@@ -253,14 +261,27 @@ def _packed(r: SearchResult) -> _Packed:
     }
 
 
-async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> SearchResponse:
-    """Packed memory and the top-k ranking for ``req.query`` in ``tenant``'s graph."""
+async def handle_search(req: SearchRequest, tenant: str, deps: QueryDeps) -> bytes:
+    """Packed memory and the top-k ranking for ``req.query`` in ``tenant``'s graph: a
+    :class:`SearchResponse` as JSON."""
     r = await _retrieve(req, req.query, req.k, tenant, deps)
-    return SearchResponse(ranked=[_item(i) for i in r.ranked], **_packed(r))
+    return search_json(r)
 
 
-async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> AnswerResponse:
-    """An LLM answer to ``req.question`` from the packed memory.
+def search_json(r: SearchResult) -> bytes:
+    """``r`` as the JSON of a :class:`SearchResponse`."""
+    memory = [_item(i) for i in r.memory]
+    # The ranked items are mostly packed too (the same objects): each is laid out once.
+    laid_out = {id(i): out for i, out in zip(r.memory, memory, strict=True)}
+    ranked = [laid_out.get(id(i)) or _item(i) for i in r.ranked]
+    return to_json(
+        {"memory": memory, "ranked": ranked, "words": r.words, "mode": r.mode, "stats": _stats(r)}
+    )
+
+
+async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> bytes:
+    """An LLM answer to ``req.question`` from the packed memory: an :class:`AnswerResponse`
+    as JSON.
 
     Raises:
         Unavailable: no LLM is configured.
@@ -268,7 +289,7 @@ async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> Ans
     answerer = deps.answerer()  # before retrieval: fail fast when there is no LLM
     r = await _retrieve(req, req.question, 1, tenant, deps)
     text = await answerer.answer(req.question, r.memory_text)
-    return AnswerResponse(answer=text, **_packed(r))
+    return to_json({"answer": text, **_packed(r)})
 
 
 async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeResponse:

@@ -31,4 +31,8 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redi
         options.setdefault("retry", Retry(NoBackoff(), 1))
         client = ClusterClient.from_url(url, protocol=2, **options)
         return cast(aioredis.Redis, client)
+    if url.startswith("redis://"):  # TLS and Unix sockets keep their own connection classes
+        from gaama.store.packing import PackedConnection
+
+        options.setdefault("connection_class", PackedConnection)
     return aioredis.Redis.from_url(url, protocol=2, **options)
