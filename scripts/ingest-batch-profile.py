@@ -82,7 +82,8 @@ async def profile(redis_url: str, bootstrap: str, batches: int, size: int) -> No
     embedder.warm_up()  # type: ignore[attr-defined]
     times: Times = defaultdict(list)
     labels = ("decode", "existing", "embed", "append", "handler", "fsync", "publish")
-    graph = Timed(GraphStore(client, keys), times, {"existing": "existing", "append_episodes": "append"})
+    timed = {"existing": "existing", "append_episodes": "append"}
+    graph = Timed(GraphStore(client, keys), times, timed)
     deps = IngestDeps(s, graph, Timed(embedder, times, {"embed": "embed"}))  # type: ignore[arg-type]
     convs = [Conv(f"prof-t{t}", f"conv-{c}", t * 5 + c) for t in range(4) for c in range(5)]
     turns = _turns(convs, batches * size, datetime(2024, 3, 1, tzinfo=UTC).timestamp())
@@ -137,7 +138,11 @@ async def profile(redis_url: str, bootstrap: str, batches: int, size: int) -> No
     other = statistics.median(
         h - e - a - x
         for h, e, a, x in zip(
-            times["handler"][1:], times["embed"][1:], times["append"][1:], times["existing"][1:]
+            times["handler"][1:],
+            times["embed"][1:],
+            times["append"][1:],
+            times["existing"][1:],
+            strict=True,
         )
     )
     print(f"  handler other (decode, episode nodes, events) {other * 1000:.1f}")

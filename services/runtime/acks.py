@@ -23,10 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from services.runtime.shutdown import Drain
+
+R = TypeVar("R")
 
 
 def hold(events: list[Any]) -> None:
@@ -91,3 +93,35 @@ class Behind:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+
+
+async def run_batches(
+    batches: AsyncIterable[list[Any]],
+    drain: Drain,
+    handle: Callable[[list[Any]], Awaitable[R]],
+    finish: Callable[[list[Any], R], Awaitable[None]],
+    ack: Callable[[list[Any]], None],
+) -> None:
+    """Consume ``batches`` (faust's ``take_events``): each is held, handled (``handle``, under
+    ``drain``), then finished (``finish``: the fsync wait and publication) and acknowledged
+    (``ack``) behind the next batch's handling, in order, as the module docstring says."""
+    behind = Behind(drain)
+
+    async def one(events: list[Any]) -> None:
+        result = await handle(events)
+        # The batch before this one finishes first, and only if it finished may this one.
+        if await behind.settled():
+            behind.start(done(events, result))
+
+    async def done(events: list[Any], result: R) -> None:
+        await finish(events, result)
+        ack(events)
+
+    try:
+        async for events in batches:
+            # Acknowledged by done() or never (a shutdown, a rebalance, an error): then the
+            # next owner of the partition gets the batch again.
+            hold(events)
+            await drain.run(one(events))
+    finally:  # faust stopping or restarting the agent
+        await behind.cancel()

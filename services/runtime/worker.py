@@ -35,7 +35,7 @@ from gaama.metrics import StageMetrics
 from gaama.store import connect
 from gaama.store.durability import Durability
 from gaama.store.keys import Keys
-from services.runtime.acks import Behind, acknowledge, hold
+from services.runtime.acks import acknowledge, run_batches
 from services.runtime.background import Periodic
 from services.runtime.http import ReadyCheck, ops_app
 from services.runtime.lag import LagMonitor
@@ -190,17 +190,15 @@ def consume(
         stall.failed("batch", exc.reason, exc)
 
     async def agent(stream: Any) -> None:
-        behind = Behind(drain)
-        try:
-            async for events in stream.take_events(batch_size, within=window_s):
-                # Acknowledged by finish() once durable and published, or never (a shutdown,
-                # a rebalance, an error): then the next owner of the partition gets it again.
-                hold(events)
-                await drain.run(handle(events, behind))
-        finally:  # faust stopping or restarting the agent
-            await behind.cancel()
+        await run_batches(
+            stream.take_events(batch_size, within=window_s),
+            drain,
+            handle,
+            finish,
+            lambda events: acknowledge(app.consumer, events),
+        )
 
-    async def handle(events: list[Any], behind: Behind) -> None:
+    async def handle(events: list[Any]) -> tuple[BatchResult, float]:
         records = [
             Record(
                 topic=e.message.topic,
@@ -223,17 +221,15 @@ def consume(
             on_retry=metrics.retries.inc,
             on_outage=outage,
         )
-        # The batch before this one finishes first (order), and only if it finished may this
-        # one: after a batch that was not acknowledged, none may be (services.runtime.acks).
-        if await behind.settled():
-            behind.start(finish(events, result, t0))
+        return result, t0
 
-    async def finish(events: list[Any], result: BatchResult, t0: float) -> None:
+    async def finish(events: list[Any], handled: tuple[BatchResult, float]) -> None:
+        result, t0 = handled
         # Durable before acknowledged: the batch's writes are fsynced before its events go
-        # out and its offsets can be committed (an outage here is retried like any other).
+        # out and its offsets can be committed (an outage here is retried like any other);
+        # run_batches acknowledges the batch after this returns.
         await _wait_durable(durable, settings, metrics, outage)
         await publisher.publish(result, source_base)
-        acknowledge(app.consumer, events)
         stall.ok("batch")
         for kind, n in result.stored.items():
             metrics.stored.labels(kind).inc(n)
