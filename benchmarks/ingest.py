@@ -205,7 +205,7 @@ def embed_only(backend: str, texts: list[str], batch: int) -> float:
     ``batch`` texts as the ingest handler makes them (the service is stopped meanwhile)."""
     from gaama.embed import build_embedder
 
-    e = _EMBEDDERS.get(backend)
+    e: Any = _EMBEDDERS.get(backend)  # a local backend: warm_up and embed_sync
     if e is None:
         e = _EMBEDDERS[backend] = build_embedder(load_settings(**backends.settings(backend)))
         e.warm_up()
