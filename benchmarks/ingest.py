@@ -197,6 +197,17 @@ def histogram_quantile(q: float, before: dict[float, float], after: dict[float, 
     return lower
 
 
+def run_settings(prefix: str, redis_url: str, bootstrap: str) -> Settings:
+    """Settings whose keys, index and topics all carry ``prefix`` (one run's namespace)."""
+    return load_settings(
+        redis_url=redis_url,
+        kafka_bootstrap=bootstrap,
+        key_prefix=prefix,
+        index_name=f"{prefix}-idx",
+        topic_prefix=f"{prefix}.",
+    )
+
+
 _EMBEDDERS: dict[str, Any] = {}
 
 
@@ -219,15 +230,8 @@ async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> d
 
     from gaama.devstack import create_topics
 
-    run_id = uuid.uuid4().hex[:6]
-    prefix = f"gbench{run_id}"
-    settings: Settings = load_settings(
-        redis_url=redis_url,
-        kafka_bootstrap=bootstrap,
-        key_prefix=prefix,
-        index_name=f"{prefix}-idx",
-        topic_prefix=f"{prefix}.",
-    )
+    prefix = f"gbench{uuid.uuid4().hex[:6]}"
+    settings = run_settings(prefix, redis_url, bootstrap)
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)

@@ -20,9 +20,8 @@ from collections import defaultdict
 from datetime import UTC, datetime
 from typing import Any
 
-from benchmarks.ingest import Conv, _turns
+from benchmarks.ingest import Conv, _turns, run_settings
 from benchmarks.query import servers
-from gaama.config import load_settings
 from gaama.embed import build_embedder
 from gaama.episodes import episode_node
 from gaama.events import TOPIC_TURNS, conversation_key, encode, topic_name
@@ -65,13 +64,7 @@ async def profile(redis_url: str, bootstrap: str, batches: int, size: int) -> No
     from gaama.devstack import create_topics
 
     prefix = f"gprof{uuid.uuid4().hex[:6]}"
-    s = load_settings(
-        redis_url=redis_url,
-        kafka_bootstrap=bootstrap,
-        key_prefix=prefix,
-        index_name=f"{prefix}-idx",
-        topic_prefix=f"{prefix}.",
-    )
+    s = run_settings(prefix, redis_url, bootstrap)
     await create_topics(bootstrap, s.topic_partitions, s.topic_prefix)
     keys = Keys(prefix)
     client = connect(redis_url, socket_timeout=30)
