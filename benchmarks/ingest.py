@@ -35,6 +35,7 @@ from benchmarks import backends
 from benchmarks.query import machine_info, servers, write_section
 from benchmarks.synthetic import speakers, turn_texts
 from gaama.config import Settings, load_settings
+from gaama.episodes import episode_node
 from gaama.errors import ConfigError
 from gaama.events import (
     TOPIC_TURNS,
@@ -196,19 +197,41 @@ def histogram_quantile(q: float, before: dict[float, float], after: dict[float, 
     return lower
 
 
-async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> dict[str, Any]:
-
-    from gaama.devstack import create_topics
-
-    run_id = uuid.uuid4().hex[:6]
-    prefix = f"gbench{run_id}"
-    settings: Settings = load_settings(
+def run_settings(prefix: str, redis_url: str, bootstrap: str) -> Settings:
+    """Settings whose keys, index and topics all carry ``prefix`` (one run's namespace)."""
+    return load_settings(
         redis_url=redis_url,
         kafka_bootstrap=bootstrap,
         key_prefix=prefix,
         index_name=f"{prefix}-idx",
         topic_prefix=f"{prefix}.",
     )
+
+
+_EMBEDDERS: dict[str, Any] = {}
+
+
+def embed_only(backend: str, texts: list[str], batch: int) -> float:
+    """Seconds ``backend`` takes to embed ``texts`` on its own, in this process, in calls of
+    ``batch`` texts as the ingest handler makes them (the service is stopped meanwhile)."""
+    from gaama.embed import build_embedder
+
+    e: Any = _EMBEDDERS.get(backend)  # a local backend: warm_up and embed_sync
+    if e is None:
+        e = _EMBEDDERS[backend] = build_embedder(load_settings(**backends.settings(backend)))
+        e.warm_up()
+    started = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        e.embed_sync(texts[i : i + batch])
+    return time.perf_counter() - started
+
+
+async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> dict[str, Any]:
+
+    from gaama.devstack import create_topics
+
+    prefix = f"gbench{uuid.uuid4().hex[:6]}"
+    settings = run_settings(prefix, redis_url, bootstrap)
     await create_topics(bootstrap, settings.topic_partitions, settings.topic_prefix)
     topic = topic_name(TOPIC_TURNS, settings.topic_prefix)
     keys = Keys(prefix)
@@ -250,6 +273,8 @@ async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> d
         with contextlib.suppress(RedisError):  # best-effort clean-up
             await VectorIndex(client, settings.index_name, settings.embed_dim, keys).drop()
         await client.aclose()
+    # The same texts through the same backend alone, right after the run (same load).
+    alone_s = embed_only(backend, [episode_node(t).text for t in turns], settings.ingest_batch)
     embed_s = after.get("embed_s", 0.0) - before.get("embed_s", 0.0)
     embedded = after.get("embedded", 0.0) - before.get("embedded", 0.0)
     batches = after.get("batches", 0.0) - before.get("batches", 0.0)
@@ -267,6 +292,9 @@ async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> d
         "embedding_share": round(embed_s / wall, 3) if wall else 0.0,
         "embedded_texts": int(embedded),
         "embed_texts_per_s": round(embedded / embed_s, 1) if embed_s else 0.0,
+        "embed_only_seconds": round(alone_s, 3),
+        "embed_only_texts_per_s": round(opts.turns / alone_s, 1),
+        "share_of_embed_only": round(wall and alone_s / wall, 2),
         "batches": int(batches),
         "mean_batch_turns": round(opts.turns / batches, 1) if batches else 0.0,
         "batch_p50_ms": round(batch_p50 * 1000.0, 1),
@@ -296,15 +324,17 @@ def _backend_rows(doc: dict[str, Any]) -> list[str]:
         f"of the machine falls on all (the table above is `{doc['backend']}`, totals of its "
         "runs):",
         "",
-        f"| embedder | turns/s (each run) | embed texts/s | {doc['backend']} turns/s ÷ this |",
-        "|---|---:|---:|---:|",
+        f"| embedder | turns/s (each run) | embed texts/s | embed-only texts/s | ingest ÷ "
+        f"embed-only | {doc['backend']} turns/s ÷ this |",
+        "|---|---:|---:|---:|---:|---:|",
     ]
     for name, r in runs.items():
         ratio = first["turns_per_s"] / r["turns_per_s"] if r["turns_per_s"] else 0.0
         each = ", ".join(f"{x:.1f}" for x in r.get("rounds_turns_per_s", []))
         rows.append(
             f"| {name} | {r['turns_per_s']:.1f} ({each}) | {r['embed_texts_per_s']:.0f} | "
-            f"{ratio:.2f}× |"
+            f"{r.get('embed_only_texts_per_s', 0.0):.0f} | "
+            f"{r.get('share_of_embed_only', 0.0):.2f} | {ratio:.2f}× |"
         )
     return [*rows, ""]
 
@@ -322,16 +352,21 @@ def docs_section(doc: dict[str, Any]) -> str:
             f"`{doc.get('backend', 'torch')}` backend, atomic "
             "episode + NEXT write); timed from the first send until every episode is in Redis.",
             "",
-            "| turns | wall s | turns/s | embedding share | embed texts/s | batches | "
-            "turns/batch | batch p50 ms | batch mean ms | chains in order |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+            "| turns | wall s | turns/s | embedding share | embed texts/s | embed-only texts/s | "
+            "batches | turns/batch | batch p50 ms | batch mean ms | chains in order |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
             f"| {doc['turns']:,} | {doc['seconds']:.1f} | {doc['turns_per_s']:.1f} | "
-            f"{doc['embedding_share']:.0%} | {doc['embed_texts_per_s']:.0f} | {doc['batches']} | "
+            f"{doc['embedding_share']:.0%} | {doc['embed_texts_per_s']:.0f} | "
+            f"{doc.get('embed_only_texts_per_s', 0.0):.0f} | {doc['batches']} | "
             f"{doc['mean_batch_turns']:.1f} | {doc['batch_p50_ms']:.0f} | "
             f"{doc['batch_mean_ms']:.0f} | "
             f"{'yes' if doc['chains_in_order'] else '**no**'} |",
             "",
             *_backend_rows(doc),
+            "Embed-only: the same turn texts through the same backend in the benchmark's "
+            "process right after each run, the service stopped, in calls of "
+            "`GAAMA_INGEST_BATCH` texts as the handler makes them; ingest ran at "
+            f"{doc.get('share_of_embed_only', 0.0):.2f} of that rate. "
             "Embedding is the bound: ARCHITECTURE.md §4 lists MiniLM batch encoding at "
             f"≈ {doc['ceiling_texts_per_s']:.0f} texts/s on a machine of this kind; end to end "
             f"this run ingested {doc['share_of_ceiling']:.0%} of that rate (the machine's load "
@@ -348,8 +383,10 @@ def combine(runs: list[dict[str, Any]]) -> dict[str, Any]:
     out = dict(runs[-1])
     if len(runs) == 1:
         return out
-    for k in ("turns", "seconds", "produce_seconds", "embedding_seconds"):
+    for k in ("turns", "seconds", "produce_seconds", "embedding_seconds", "embed_only_seconds"):
         out[k] = round(sum(r[k] for r in runs), 3)
+    out["embed_only_texts_per_s"] = round(out["turns"] / out["embed_only_seconds"], 1)
+    out["share_of_embed_only"] = round(out["embed_only_seconds"] / out["seconds"], 2)
     for k in ("embedded_texts", "batches"):
         out[k] = sum(r[k] for r in runs)
     out["turns_per_s"] = round(out["turns"] / out["seconds"], 1)
@@ -384,6 +421,8 @@ def main(opts: Options) -> dict[str, Any]:
         b: {
             "turns_per_s": r["turns_per_s"],
             "embed_texts_per_s": r["embed_texts_per_s"],
+            "embed_only_texts_per_s": r["embed_only_texts_per_s"],
+            "share_of_embed_only": r["share_of_embed_only"],
             "rounds_turns_per_s": [x["turns_per_s"] for x in done[b]],
         }
         for b, r in runs.items()

@@ -118,9 +118,11 @@ async def _store(
         vectors = await deps.embedder.embed([nodes[i].text for i in todo])
         for row, i in enumerate(todo):
             nodes[i].vector = vectors[row].tolist()
+    # Turns whose node exists (a redelivery) are left out; the rest in arrival order.
+    new = [n for n in nodes if n.vector is not None]
+    if new:
+        result.stored["episode"] += sum(await deps.graph.append_episodes(new))
     for (_, turn), node in zip(turns, nodes, strict=True):
-        if node.vector is not None and await deps.graph.append_episode(node):
-            result.stored["episode"] += 1
         result.out.append(
             Outgoing(
                 TOPIC_EPISODES,

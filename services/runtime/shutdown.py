@@ -97,16 +97,40 @@ class Drain:
                 self._idle.set()
         return self._idle
 
+    def _start(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        idle = self._event()
+        task = asyncio.ensure_future(work)
+        self._batches.add(task)
+        idle.clear()
+        task.add_done_callback(self._ended)
+        return task
+
+    def _ended(self, task: asyncio.Task[None]) -> None:
+        self._batches.discard(task)
+        if not self._batches:
+            self._event().set()
+
     async def run(self, work: Coroutine[Any, Any, None]) -> bool:
         """Run one batch's ``work``; False when it was abandoned, started or not, and must not
         be acknowledged. Cancelling the caller cancels the work too."""
         if self.stopping:
             work.close()
             return False
-        idle = self._event()
-        task = asyncio.ensure_future(work)
-        self._batches.add(task)
-        idle.clear()
+        return await self._outcome(self._start(work))
+
+    def follow(self, work: Coroutine[Any, Any, None]) -> asyncio.Task[bool]:
+        """Run the rest of a batch that :meth:`run` admitted (its fsync wait, publication and
+        acknowledgement, while the next batch is handled) as a task of its own, in flight like
+        :meth:`run`'s work: :meth:`settle` waits for it, or abandons it at the deadline. It is
+        in flight from this call on, and starts even once shutdown has begun (its batch was
+        taken before). The task's result is False when the work was abandoned."""
+        task = self._start(work)
+        outcome = asyncio.ensure_future(self._outcome(task))
+        # Cancelling the outcome cancels the work, even before the outcome has begun to wait.
+        outcome.add_done_callback(lambda o: task.cancel() if o.cancelled() else None)
+        return outcome
+
+    async def _outcome(self, task: asyncio.Task[None]) -> bool:
         try:
             await task
         except asyncio.CancelledError:
@@ -115,10 +139,7 @@ class Drain:
                 return False
             raise
         finally:
-            self._batches.discard(task)
             self._abandoned.discard(task)
-            if not self._batches:
-                idle.set()
         return True
 
     async def settle(self) -> bool:

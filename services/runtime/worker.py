@@ -7,8 +7,10 @@ Redis client must only be used from the loop they were made on; and faust's work
 process's signals, so SIGTERM stops the consumer and the HTTP server in one orderly shutdown.
 
 The handlers never see faust: they take :class:`Record` batches and return events to publish.
-The agent here publishes them, then lets faust acknowledge the batch, so offsets are committed
-only after Redis holds the writes and the broker holds the events (at-least-once).
+The agent here waits for the batch's writes to be fsynced, publishes the events, then
+acknowledges the batch, so offsets are committed only after Redis holds the writes on disk and
+the broker holds the events (at-least-once); that finishing step runs while the next batch is
+handled (:mod:`services.runtime.acks`).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from gaama.metrics import StageMetrics
 from gaama.store import connect
 from gaama.store.durability import Durability
 from gaama.store.keys import Keys
+from services.runtime.acks import acknowledge, run_batches
 from services.runtime.background import Periodic
 from services.runtime.http import ReadyCheck, ops_app
 from services.runtime.lag import LagMonitor
@@ -160,17 +163,6 @@ class Publisher:
                 await fut  # raises if the broker refused the record: the batch is not acked
 
 
-def _never_acknowledged(events: list[Any]) -> None:
-    """Keep faust from committing the offsets of an abandoned batch.
-
-    ``take_events`` acknowledges every event of a batch when the generator resumes or is closed,
-    a batch cancelled half-way included; ``Consumer.ack`` skips a message already marked acked,
-    so these offsets are never committed and the batch is delivered again.
-    """
-    for event in events:
-        event.message.acked = True
-
-
 def consume(
     app: StageApp,
     *,
@@ -198,16 +190,15 @@ def consume(
         stall.failed("batch", exc.reason, exc)
 
     async def agent(stream: Any) -> None:
-        async for events in stream.take_events(batch_size, within=window_s):
-            try:
-                done = await drain.run(handle(events))
-            except asyncio.CancelledError:  # faust stopping the agent
-                _never_acknowledged(events)
-                raise
-            if not done:  # shutdown: left to the next owner of the partition
-                _never_acknowledged(events)
+        await run_batches(
+            stream.take_events(batch_size, within=window_s),
+            drain,
+            handle,
+            finish,
+            lambda events: acknowledge(app.consumer, events),
+        )
 
-    async def handle(events: list[Any]) -> None:
+    async def handle(events: list[Any]) -> tuple[BatchResult, float]:
         records = [
             Record(
                 topic=e.message.topic,
@@ -230,8 +221,13 @@ def consume(
             on_retry=metrics.retries.inc,
             on_outage=outage,
         )
+        return result, t0
+
+    async def finish(events: list[Any], handled: tuple[BatchResult, float]) -> None:
+        result, t0 = handled
         # Durable before acknowledged: the batch's writes are fsynced before its events go
-        # out and its offsets can be committed (an outage here is retried like any other).
+        # out and its offsets can be committed (an outage here is retried like any other);
+        # run_batches acknowledges the batch after this returns.
         await _wait_durable(durable, settings, metrics, outage)
         await publisher.publish(result, source_base)
         stall.ok("batch")

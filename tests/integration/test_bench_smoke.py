@@ -117,7 +117,9 @@ def test_bench_ingest_smoke(stack: StackInfo, tmp_path: Path) -> None:
     assert doc["backend"] == "onnx"  # the top-level figures are the default backend's
     assert set(doc["backends"]) == {"onnx", "torch"}  # both by default, in one run
     for b in doc["backends"].values():
-        _positive(b, "turns_per_s", "embed_texts_per_s")
+        _positive(b, "turns_per_s", "embed_texts_per_s", "embed_only_texts_per_s")
+        share = b["turns_per_s"] / b["embed_only_texts_per_s"]  # both rounded: within 0.02
+        assert abs(b["share_of_embed_only"] - share) < 0.02
         assert len(b["rounds_turns_per_s"]) == 2
     assert doc["backends"]["onnx"]["turns_per_s"] == doc["turns_per_s"]
     _positive(doc, "seconds", "turns_per_s", "embedding_seconds", "batches", "batch_p50_ms")

@@ -7,18 +7,24 @@ from __future__ import annotations
 import os
 import signal
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
 from gaama import devstack
 from gaama.config import Settings
 from gaama.devstack import processes
+from gaama.episodes import episode_node
 from gaama.errors import ConfigError, StoreUnavailable
-from gaama.events import TOPIC_TURNS, conversation_key
+from gaama.events import TOPIC_TURNS, TurnReceived, conversation_key, decode
 from gaama.store import connect
 from gaama.store.durability import Durability
 from gaama.store.graph import GraphStore
 from services.ingest.handlers import IngestDeps, handle
+from services.runtime.acks import run_batches
+from services.runtime.records import Record
+from services.runtime.shutdown import Drain
 from tests.component.test_forget_cascade import C1, C2, turns
 from tests.support.stream import record
 
@@ -89,3 +95,79 @@ def settings_keys(s: Settings):
     from gaama.store.keys import Keys
 
     return Keys(s.key_prefix)
+
+
+class Held:
+    """An event as faust's take_events yields it: the record, and the message's ack state."""
+
+    def __init__(self, record: Record, batch: int) -> None:
+        self.record = record
+        self.batch = batch
+        self.message = SimpleNamespace(acked=False)
+
+
+async def test_a_crash_between_write_and_commit_replays_without_duplicates(
+    settings: Settings, embedder, tmp_path: Path
+) -> None:
+    """The consumer's pipeline (run_batches) with the real ingest handler and fsync wait: Redis
+    is SIGKILLed after a batch's writes and before its acknowledgement (its fsync wait fails, as
+    a crash of the consumer there would leave it); after a restart from the AOF, the batches
+    after the last acknowledged one are delivered again, as the broker would. Every acknowledged
+    turn is kept and every conversation's chain holds each turn once, in order."""
+    port = devstack.free_port()
+    pid = processes.start_redis(tmp_path, port)
+    url = f"redis://127.0.0.1:{port}/0"
+    processes.wait_redis(port, pid, tmp_path / "redis.log")
+    s = settings.model_copy(update={"redis_url": url})
+    convs = {"c0": turns("acme", "c0", C1 * 2), "c1": turns("acme", "c1", C2 * 2)}
+    mixed = [t for pair in zip(*convs.values(), strict=False) for t in pair]
+    records = [record(TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t) for t in mixed]
+    batches = [records[i : i + 3] for i in range(0, len(records), 3)]
+    assert len(batches) >= 4
+    crash_at = 2
+    acked: list[int] = []  # batch numbers, in the order acknowledged
+    fsynced: list[int] = []
+
+    async def consume(client: Any, first: int, crash: int | None) -> None:
+        graph = GraphStore(client, settings_keys(s))
+        deps = IngestDeps(s, graph, embedder)
+        durable = Durability(client, graph.keys.durability_marker, "aof")
+
+        async def take() -> Any:
+            for n in range(first, len(batches)):
+                yield [Held(r, n) for r in batches[n]]
+
+        async def write(events: list[Held]) -> int:
+            result = await handle([e.record for e in events], deps)
+            assert not result.failed
+            return events[0].batch
+
+        async def finish(events: list[Held], n: int) -> None:
+            if n == crash:  # the batch is written; kill Redis before its fsync is confirmed
+                os.kill(pid, signal.SIGKILL)
+            await durable.wait()
+            fsynced.append(n)
+
+        await run_batches(take(), Drain(30), write, finish, lambda ev: acked.append(ev[0].batch))
+
+    client = connect(url)
+    try:
+        with pytest.raises(StoreUnavailable):
+            await consume(client, 0, crash_at)
+        await client.aclose()
+        assert acked == list(range(crash_at)) and fsynced == acked  # nothing past the crash
+        pid = processes.start_redis(tmp_path, port)  # the same directory: it reloads the AOF
+        processes.wait_redis(port, pid, tmp_path / "redis.log")
+        client = connect(url)
+        kept = GraphStore(client, settings_keys(s))
+        first_batches = [r for b in batches[:crash_at] for r in b]
+        ids = [episode_node(decode(TurnReceived, r.value)).id for r in first_batches]
+        assert await kept.existing("acme", ids) == set(ids)  # acknowledged: durable
+        await consume(client, len(acked), None)  # redelivered from the committed offset
+        assert acked == list(range(len(batches)))
+        for conv, sent in convs.items():
+            want = [episode_node(t).id for t in sent]
+            assert await kept.chain("acme", conv) == want  # each turn once, in order
+    finally:
+        await client.aclose()
+        os.kill(pid, signal.SIGKILL)

@@ -47,6 +47,42 @@ async def test_append_episode_builds_next_chain_and_is_idempotent(graph: GraphSt
     assert (await _degrees(graph, "acme", [nodes[0].id]))[nodes[0].id] == 1
 
 
+async def test_append_episodes_keeps_each_conversations_order_and_is_idempotent(
+    graph: GraphStore, embedder, redis_client
+):
+    """A batch's appends, one transaction per tenant: the same chains as one call per turn, the
+    turns already stored reported and left alone; a refused transaction writes none of its
+    appends (a later turn is never stored without an earlier one)."""
+    texts = [f"turn {i}" for i in range(8)]
+    vecs = await embedder.embed(texts)
+    # two tenants, two conversations each, interleaved as a batch from four partitions
+    nodes = [
+        episode(f"t{i % 2}", f"c{i // 2 % 2}", str(i), texts[i], vecs[i].tolist()) for i in range(8)
+    ]
+    assert await graph.append_episode(nodes[0])  # stored by an earlier, redelivered batch
+    assert await graph.append_episodes(nodes) == [False, *[True] * 7]
+    assert await graph.append_episodes(nodes) == [False] * 8  # redelivery changes nothing
+    for tenant in ("t0", "t1"):
+        for conv in ("c0", "c1"):
+            want = [n.id for n in nodes if (n.tenant, n.conversation) == (tenant, conv)]
+            assert await graph.chain(tenant, conv) == want
+    first, second = nodes[0], nodes[4]  # t0/c0's first two turns
+    adj = await graph.neighbours("t0", [second.id])
+    assert {(nb.node, nb.kind, nb.outgoing) for nb in adj[second.id]} == {
+        (first.id, EdgeKind.NEXT, False)
+    }
+    more = [episode("t0", "c9", str(i), texts[i], vecs[i].tolist()) for i in range(3)]
+    await redis_client.config_set("maxmemory-policy", "noeviction")
+    await redis_client.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(StoreUnavailable, match="maxmemory"):
+            await graph.append_episodes(more)
+    finally:
+        await redis_client.config_set("maxmemory", 0)
+    assert await graph.chain("t0", "c9") == []
+    assert await graph.append_episodes(more) == [True] * 3
+
+
 async def test_expand_weights_and_hubs_follow_the_python_definition(graph: GraphStore):
     """The production expansion script, on a small graph with every edge kind and odd stored
     weights, gives each edge :func:`walk_weight` (with the type weights passed in) and stops at

@@ -36,6 +36,7 @@ from gaama.store.keys import Keys
 from gaama.store.subgraph import SubgraphReads
 
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
+_APPENDS = 256  # episode appends per transaction: bounds the time one transaction holds it
 
 
 class GraphStore(SubgraphReads):
@@ -63,6 +64,39 @@ class GraphStore(SubgraphReads):
 
         Returns False, changing nothing, when the episode exists already (a redelivery).
         """
+        keys, args = self._append_call(node)
+        with store_errors():
+            created = await self._append(keys=keys, args=args)
+        return bool(created)
+
+    async def append_episodes(self, nodes: Sequence[Node]) -> list[bool]:
+        """:meth:`append_episode` for each of ``nodes``, in order, in one MULTI/EXEC per tenant
+        (and per :data:`_APPENDS` episodes): one round trip where there were as many as
+        episodes. A transaction applies all of its appends or none, so a failure never leaves
+        a later turn of a conversation stored without an earlier one; a retry skips what an
+        earlier transaction stored.
+
+        Returns, per node, whether it was appended (False: it existed already).
+        """
+        calls = [self._append_call(n) for n in nodes]
+        by_tenant: dict[str, list[int]] = {}
+        for i, n in enumerate(nodes):
+            by_tenant.setdefault(n.tenant, []).append(i)
+        created = [False] * len(nodes)
+        for rows in by_tenant.values():
+            for s in range(0, len(rows), _APPENDS):
+                part = rows[s : s + _APPENDS]
+                pipe = self.redis.pipeline(transaction=True)
+                with store_errors():  # queued, no I/O until the transaction runs
+                    for i in part:
+                        keys, args = calls[i]
+                        await self._append(keys=keys, args=args, client=pipe)
+                for i, done in zip(part, await self._run(pipe), strict=True):
+                    created[i] = bool(done)
+        return created
+
+    def _append_call(self, node: Node) -> tuple[list[str], list[Any]]:
+        """The keys and arguments of ``append_episode.lua`` for ``node``."""
         if node.kind is not NodeKind.EPISODE or not node.conversation:
             raise ValidationError("append_episode takes an episode with a conversation")
         t, conv = node.tenant, node.conversation
@@ -76,9 +110,7 @@ class GraphStore(SubgraphReads):
             self.keys.degrees(t),
             self.keys.state(t, "iseq"),
         ]
-        with store_errors():
-            created = await self._append(keys=keys, args=args)
-        return bool(created)
+        return keys, args
 
     async def write(
         self,
