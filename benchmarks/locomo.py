@@ -98,6 +98,8 @@ class Options:
     variants: dict[str, dict[str, Any]] = field(default_factory=dict)
     progress: bool = True
     command: str = ""
+    # Where to write each question's evidence ranks per asked mode (None: not written).
+    ranks_path: Path | None = None
 
 
 @dataclass(slots=True)
@@ -295,6 +297,7 @@ class RunResult:
     seconds: dict[str, float]
     conversations: list[str]
     questions: int
+    ranks: list[dict[str, Any]] = field(default_factory=list)
 
 
 async def graph_stats(stores: Stores, tenants: Sequence[str]) -> dict[str, Any]:
@@ -380,6 +383,7 @@ async def run(
     tallies = {label: Tally() for label, _, _ in asks}
     skipped = asked = 0
     pending: list[tuple[str, Question, Answer, QuestionScore]] = []
+    ranks: list[dict[str, Any]] = []
     questions = [(c, q) for c in conversations for q in c.questions if q.category in CATEGORIES]
     indexes = {
         c.sample_id: await ConvIndex.load(stores, tenants[c.sample_id], c) for c in conversations
@@ -392,6 +396,12 @@ async def run(
             skipped += 1
             continue
         asked += 1
+        row: dict[str, Any] = {
+            "conversation": conv.sample_id,
+            "question": q.question,
+            "category": q.category,
+            "evidence": evidence,
+        }
         for label, mode, params in asks:
             a = await ask(
                 mode, q.question, indexes[conv.sample_id], stores, retriever, opts.budget, params
@@ -399,6 +409,8 @@ async def run(
             score = score_question(q.category, a.ranked, a.memory, evidence, a.words, a.latency_ms)
             tallies[label].add(score)
             pending.append((label, q, a, score))
+            row[label] = evidence_ranks(a, evidence)
+        ranks.append(row)
     seconds["questions"] = time.perf_counter() - t1
     if judge is not None:
         t2 = time.perf_counter()
@@ -414,7 +426,19 @@ async def run(
         seconds,
         [c.sample_id for c in conversations],
         asked,
+        ranks,
     )
+
+
+def evidence_ranks(answer: Answer, evidence: Sequence[str]) -> dict[str, Any]:
+    """Each evidence turn's rank (1-based) in the ranked list, None past its end, and whether
+    the packed memory covers it: where a question's evidence stands, not only whether it counts."""
+    return {
+        "rank": {
+            e: next((n for n, c in enumerate(answer.ranked, 1) if e in c), None) for e in evidence
+        },
+        "memory": {e: any(e in c for c in answer.memory) for e in evidence},
+    }
 
 
 async def answer_and_judge(
@@ -533,6 +557,8 @@ async def _main_async(
                 await llm_client.aclose()
             if not owned:  # someone else's Redis: leave nothing behind
                 await _clean_up(stores, tenants, own_namespace)
+    if opts.ranks_path:
+        _write_ranks(opts.ranks_path, result.ranks)
     return report(opts, result)
 
 
@@ -592,6 +618,11 @@ def main(opts: Options) -> dict[str, Any]:
     return doc
 
 
+def _write_ranks(path: Path, ranks: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(ranks, indent=1) + "\n", encoding="utf-8")
+
+
 # --- command line ----------------------------------------------------------------------------
 
 
@@ -633,6 +664,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--variant", f"{name}={json.dumps(value, separators=(',', ':'))}"]
     if args.json:
         argv += ["--json", args.json]
+    if args.ranks:
+        argv += ["--ranks", args.ranks]
     if args.write_docs:
         argv.append("--write-docs")
     return shlex.join(argv)
@@ -654,6 +687,7 @@ def _cli(args: argparse.Namespace) -> int:
         variants=dict(args.variant or []),
         progress=not args.no_progress,
         command=command_line(args),
+        ranks_path=Path(args.ranks) if args.ranks else None,
     )
     try:
         main(opts)
@@ -688,6 +722,12 @@ def register(sub: SubParsers) -> None:
         "the harness starts its own stack)",
     )
     p.add_argument("--json", default=None, metavar="PATH", help="write the results as JSON")
+    p.add_argument(
+        "--ranks",
+        default=None,
+        metavar="PATH",
+        help="write each question's evidence ranks (1-20 or null) and memory coverage per mode",
+    )
     p.add_argument(
         "--write-docs", action="store_true", help="update the LoCoMo section of docs/benchmarks.md"
     )

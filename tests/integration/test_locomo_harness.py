@@ -197,11 +197,15 @@ def test_cli_end_to_end(
             str(docs),
             "--budget",
             "60",
+            "--ranks",
+            str(tmp_path / "ranks.json"),
             "--no-progress",
         ]
     )
     assert rc == 0
     doc = json.loads(out_json.read_text())
+    ranks = json.loads((tmp_path / "ranks.json").read_text())
+    assert len(ranks) == 4 and all(set(doc["modes"]) <= set(row) for row in ranks)
     assert set(doc["modes"]) == {"flat", "semantic", "gaama", "entity-ppr"}
     assert doc["budget"] == 60 and doc["conversations"] == ["conv-t1"]
     assert doc["questions"] == 4 and doc["skipped_no_evidence"] == 1
@@ -333,6 +337,17 @@ async def test_variants_ask_semantic_and_gaama_again_on_the_same_graph(
     assert list(doc["modes"]) == ["flat", "gaama", "gaama:off"]
     assert doc["variants"] == {"off": {"w_lex": 0, "w_time": 0}}
     assert doc["modes"]["gaama:off"]["overall"]["n"] == doc["modes"]["gaama"]["overall"]["n"] == 4
+    # Each question's evidence ranks say what the tallies count: R@10 and R@budget from them.
+    assert len(result.ranks) == 4
+    for label, rows in doc["modes"].items():
+        at10 = [
+            sum(1 for r in q[label]["rank"].values() if r is not None and r <= 10)
+            / len(q["evidence"])
+            for q in result.ranks
+        ]
+        packed = [sum(q[label]["memory"].values()) / len(q["evidence"]) for q in result.ranks]
+        assert rows["overall"]["R@10"] == pytest.approx(sum(at10) / 4), label
+        assert rows["overall"]["R@budget"] == pytest.approx(sum(packed) / 4), label
     assert locomo._variant('x={"w_lex": 0}') == ("x", {"w_lex": 0})
     for bad in ("x", "x=1", "={}", 'x={"a":'):
         with pytest.raises(argparse.ArgumentTypeError):
