@@ -292,3 +292,35 @@ async def test_counts_are_read_again_only_when_the_tenants_nodes_change(
     counted.clear()
     after_forget = await search(index)
     assert counted and after_forget == await fresh() == after_write
+
+
+async def test_concurrent_first_searches_of_a_scope_share_its_counts(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    """Searches of one tenant running at once, before its counts are kept, each read them and
+    score alike: the count of the scope one of them asked for must not be taken as filled in
+    by another meanwhile (a burst of one tenant's searches used to fail with a ValueError: the
+    fairness test's burst found it)."""
+    import asyncio
+
+    ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+    await _indexed(index, "t1", len(ids))
+    fresh = VectorIndex(graph.redis, index.name, embedder.dim, graph.keys)
+    terms = ["zoltan", "weekends", "chess", "radios"]
+    want = [(h.id, h.score) for h in await fresh.lexical("t1", terms, 20)]
+    shared = VectorIndex(graph.redis, index.name, embedder.dim, graph.keys)
+    run = shared._execute_all
+
+    async def slow(tenant: str, tails: list[list[object]]) -> list[list[object]]:
+        await asyncio.sleep(0.05)  # a busy Redis: the searches' round trips overlap
+        return await run(tenant, tails)
+
+    shared._execute_all = slow  # type: ignore[method-assign]
+    subsets = [terms, terms[:2], terms[1:], terms, terms[2:], terms[:1]] * 3
+    got = await asyncio.gather(*(shared.lexical("t1", t, 20) for t in subsets))
+    for t, hits in zip(subsets, got, strict=True):
+        alone = await VectorIndex(graph.redis, index.name, embedder.dim, graph.keys).lexical(
+            "t1", t, 20
+        )
+        assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in alone]
+    assert [(h.id, h.score) for h in got[0]] == want

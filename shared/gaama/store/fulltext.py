@@ -195,22 +195,24 @@ async def search(
     reused from ``counts`` when read at the tenant's current ``version`` (read by the caller
     before this call), and kept there."""
     known = (counts or Counts(scopes=0)).scope(flt, version)
-    todo = [w for w in dict.fromkeys(words) if w not in known.terms]
+    # Read before the round trip: searches running meanwhile may fill in or trim ``known``.
+    n = known.n
+    stats = {w: known.terms[w] for w in dict.fromkeys(words) if w in known.terms}
+    todo = [w for w in dict.fromkeys(words) if w not in stats]
     # The scope filter matches and scores nothing. It comes after the term: written first, a
     # filter of several clauses takes the whole query's weight with it (measured on 2.10).
     scope = f"({flt})=>{{$weight:0}}"
     tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
-    if known.n is None:
+    if n is None:
         tails.insert(0, [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2])
     counted = await run(tails) if tails else []
-    if known.n is None:
-        known.n = sum(total(r) for r in counted.pop(0))
+    if n is None:
+        n = known.n = sum(total(r) for r in counted.pop(0))
     for w, replies in zip(todo, counted, strict=True):
-        known.terms[w] = (
+        stats[w] = known.terms[w] = (
             sum(total(r) for r in replies),
             {key: tf for r in replies for key, tf in scores(r).items()},
         )
-    n, stats = known.n, {w: known.terms[w] for w in words}
     if todo and counts is not None:
         counts.trim()
     weights: dict[str, float] = {}
