@@ -175,7 +175,26 @@ async def scrape(url: str) -> dict[str, Any]:
                 out["batches"] = s.value
             elif s.name == "gaama_ingest_batch_seconds_bucket":
                 out["batch_buckets"][float(s.labels["le"])] = s.value
+            elif s.name == "gaama_ingest_stored_total" and s.labels.get("kind") == "episode":
+                out["finished"] = s.value
     return out
+
+
+async def wait_finished(url: str, expect: int) -> dict[str, Any]:
+    """The service's figures once ``expect`` episodes have finished: written, fsynced and their
+    events published (a batch is counted when its acknowledgement is due, which may come a
+    moment after its episodes can be read, since the fsync wait runs behind the next batch)."""
+    last, last_change = -1.0, time.monotonic()
+    while True:
+        now = await scrape(url)
+        n = now.get("finished", 0.0)
+        if n >= expect:
+            return now
+        if n != last:
+            last, last_change = n, time.monotonic()
+        if time.monotonic() - last_change > STALL_TIMEOUT_S:
+            raise ConfigError(f"ingest finished {n:.0f}/{expect} episodes and stalled")
+        await asyncio.sleep(0.05)
 
 
 def histogram_quantile(q: float, before: dict[float, float], after: dict[float, float]) -> float:
@@ -253,13 +272,13 @@ async def _run(opts: Options, redis_url: str, bootstrap: str, backend: str) -> d
         await produce(settings.kafka_bootstrap_servers, topic, _turns(warm, WARMUP_TURNS, base))
         await wait_stored(bulk, warm, WARMUP_TURNS, False, "warm-up")
         turns = _turns(convs, opts.turns, base)
-        before = await scrape(service.url)
+        before = await wait_finished(service.url, WARMUP_TURNS)
         started = time.perf_counter()
         produce_task = asyncio.create_task(produce(settings.kafka_bootstrap_servers, topic, turns))
         await wait_stored(bulk, convs, opts.turns, opts.progress, f"ingest {opts.turns:,} turns")
+        after = await wait_finished(service.url, WARMUP_TURNS + opts.turns)
         wall = time.perf_counter() - started
         produce_s = await produce_task
-        after = await scrape(service.url)
         in_order = True
         for c in convs:  # each chain must hold its turns in the order they were sent
             want = [t.turn_id for t in turns if (t.tenant, t.conversation) == (c.tenant, c.name)]
