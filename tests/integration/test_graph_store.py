@@ -48,11 +48,10 @@ async def test_append_episode_builds_next_chain_and_is_idempotent(graph: GraphSt
 
 
 async def test_append_episodes_keeps_each_conversations_order_and_is_idempotent(
-    graph: GraphStore, embedder, redis_client
+    graph: GraphStore, embedder
 ):
     """A batch's appends, one transaction per tenant: the same chains as one call per turn, the
-    turns already stored reported and left alone; a refused transaction writes none of its
-    appends (a later turn is never stored without an earlier one)."""
+    turns already stored reported and left alone."""
     texts = [f"turn {i}" for i in range(8)]
     vecs = await embedder.embed(texts)
     # two tenants, two conversations each, interleaved as a batch from four partitions
@@ -71,6 +70,16 @@ async def test_append_episodes_keeps_each_conversations_order_and_is_idempotent(
     assert {(nb.node, nb.kind, nb.outgoing) for nb in adj[second.id]} == {
         (first.id, EdgeKind.NEXT, False)
     }
+
+
+@pytest.mark.single_redis  # maxmemory is set on one server; a cluster spreads tenants over three
+async def test_a_refused_append_transaction_writes_none_of_its_turns(
+    graph: GraphStore, embedder, redis_client
+):
+    """A refused transaction writes none of its appends: a later turn is never stored without
+    an earlier one."""
+    texts = [f"turn {i}" for i in range(3)]
+    vecs = await embedder.embed(texts)
     more = [episode("t0", "c9", str(i), texts[i], vecs[i].tolist()) for i in range(3)]
     await redis_client.config_set("maxmemory-policy", "noeviction")
     await redis_client.config_set("maxmemory", 1)
