@@ -20,13 +20,18 @@ reads ahead, and a large one off the event loop (the ``ppr_inline_max`` retrieva
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 from scipy import sparse
 
 from gaama.model import is_hub
+
+try:  # SciPy's own sparse matrix-vector kernel, called without its per-product dispatch
+    from scipy.sparse._sparsetools import csc_matvec as _csc_matvec
+except ImportError:  # pragma: no cover - a SciPy that moved its private kernels
+    _csc_matvec = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,17 +144,46 @@ def personalized_pagerank(
     scale, row_sums = _row_scale(adj, degrees, hub_degree, hub_dampening)
     leak = alpha * (1.0 - scale * row_sums)  # per row: mass returned to restart, times α
     rows_scaled = adj.data * np.repeat(alpha * scale, np.diff(adj.indptr))
-    step = sparse.csr_matrix((rows_scaled, adj.indices, adj.indptr), shape=adj.shape).T
     x = s.copy()
     restart_share = 1.0 - alpha
+    product = _transposed_product(adj, rows_scaled)
+    nxt, diff = np.empty(n), np.empty(n)
     for it in range(1, max_iter + 1):
-        nxt = step @ x
+        product(x, nxt)
         nxt += (float(leak @ x) + restart_share) * s
-        delta = float(np.add.reduce(np.abs(nxt - x)))
-        x = nxt
+        np.subtract(nxt, x, out=diff)
+        delta = float(np.add.reduce(np.abs(diff, out=diff)))
+        x, nxt = nxt, x
         if delta < tol:
             return PPRResult(x, it, True)
     return PPRResult(x, max_iter, False)
+
+
+def _transposed_product(
+    adj: sparse.csr_matrix, data: np.ndarray
+) -> Callable[[np.ndarray, np.ndarray], None]:
+    """``(x, out) ↦ out = Mᵀ·x`` for the matrix ``M`` with ``adj``'s structure and ``data``.
+
+    ``Mᵀ`` in CSC is ``M``'s CSR arrays as they are, so SciPy's CSC kernel computes the product
+    in place — the same kernel and summation order as ``M.T @ x``, without that operator's
+    per-call checks and allocation, which cost more than the product on a subgraph of a few
+    hundred nodes (the walk runs it every iteration).
+    """
+    n = adj.shape[0]
+    indptr, indices = adj.indptr, adj.indices
+    if _csc_matvec is None or indptr.dtype != indices.dtype:
+        step = sparse.csr_matrix((data, indices, indptr), shape=adj.shape).T
+
+        def public(x: np.ndarray, out: np.ndarray) -> None:
+            out[:] = step @ x
+
+        return public
+
+    def kernel(x: np.ndarray, out: np.ndarray) -> None:
+        out.fill(0.0)
+        _csc_matvec(n, n, indptr, indices, data, x, out)
+
+    return kernel
 
 
 def _as_csr(adjacency: sparse.spmatrix) -> sparse.csr_matrix:

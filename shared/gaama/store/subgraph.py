@@ -163,11 +163,14 @@ class SubgraphReads:
                 rows = await self._read_vectors(keys=keys, args=args)
             else:
                 rows, done = await self._call_during(self._read_vectors, keys, args, work)
-        shown = [
-            (node.decode(), {f: as_text(v) for f, v in zip(wanted, row, strict=False) if v})
-            for node, row in rows
-        ]
-        return shown, stored_vectors([row[-1] for _, row in rows], dim), done
+        width = len(wanted) + 2  # id, the shown fields, the vector
+        shown = []
+        for at in range(0, len(rows), width):
+            values = zip(wanted, rows[at + 1 : at + width - 1], strict=True)
+            shown.append(
+                (rows[at].decode(), {f: v.decode("utf-8", "replace") for f, v in values if v})
+            )
+        return shown, stored_vectors(rows[width - 1 :: width], dim), done
 
     async def _call_during(
         self, script: Any, keys: list[str], args: list[str | int], work: Callable[[], T]

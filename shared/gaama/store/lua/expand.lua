@@ -83,25 +83,22 @@ for i = 12, #ARGV do
 end
 local frontier = {}
 for i = 1, count do frontier[i] = nodes[i] end
--- every edge read: from, to, stored value (weights are parsed only for edges that are kept)
-local eu, ev, ex, read = {}, {}, {}, {}
-local ne = 0
+-- the adjacency of every node read, in reading order (edges are indexed only once the subgraph
+-- is complete, and weights parsed only for edges that are kept)
+local readers, flats, nread = {}, {}, 0
 for hop = 1, hops do
   if #frontier == 0 or count >= cap then break end
   local ring = {}
   load_degrees(frontier)
   for _, u in ipairs(frontier) do
     if count >= cap then break end  -- full: no more reads (see GraphStore.expand)
-    local key = adjp .. u
     if degree[u] <= hub then  -- not a hub (gaama.model.is_hub)
-      read[u] = true
-      local flat = call('HGETALL', key)
+      local flat = call('HGETALL', adjp .. u)
+      nread = nread + 1; readers[nread] = u; flats[nread] = flat
       local nbs, nn = {}, 0
       for j = 1, #flat, 2 do
-        local v, val = flat[j], flat[j + 1]
-        ne = ne + 1
-        eu[ne] = u; ev[ne] = v; ex[ne] = val
-        if not index[v] then nn = nn + 1; nbs[nn] = v; nw[v] = walk(val) end
+        local v = flat[j]
+        if not index[v] then nn = nn + 1; nbs[nn] = v; nw[v] = walk(flat[j + 1]) end
       end
       if nn > 1 then table.sort(nbs, heavier) end
       for i = 1, nn do
@@ -118,15 +115,21 @@ end
 load_degrees(nodes)
 local degrees, out = {}, {}
 for i = 1, count do degrees[i] = degree[nodes[i]] end
+local read = {}
+for r = 1, nread do read[readers[r]] = true end
 local no = 0
-for i = 1, ne do
-  local j, v = index[ev[i]], ev[i]
-  -- an edge read from both ends is kept once, from its lower-indexed end
-  if j and (not read[v] or index[eu[i]] < j) then
-    out[no + 1] = index[eu[i]] - 1
-    out[no + 2] = j - 1
-    out[no + 3] = math.floor(walk(ex[i]) * units + 0.5)
-    no = no + 3
+for r = 1, nread do
+  local flat, iu = flats[r], index[readers[r]]
+  for j = 1, #flat, 2 do
+    local v = flat[j]
+    local iv = index[v]
+    -- an edge read from both ends is kept once, from its lower-indexed end
+    if iv and (iu < iv or not read[v]) then
+      out[no + 1] = iu - 1
+      out[no + 2] = iv - 1
+      out[no + 3] = math.floor(walk(flat[j + 1]) * units + 0.5)
+      no = no + 3
+    end
   end
 end
 return {nodes, degrees, out}
