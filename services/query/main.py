@@ -31,6 +31,7 @@ from services.query.app import create_app
 from services.query.handlers import Answerer, QueryDeps
 from services.query.memories import ForgetDeps
 from services.runtime.bootstrap import connect_stores
+from services.runtime.heap import settle_heap
 from services.runtime.producer import EventProducer
 from services.runtime.shutdown import stop_reserve
 
@@ -87,6 +88,7 @@ def build(settings: Settings) -> FastAPI:
         warm = getattr(embedder, "warm_up", None)
         if warm is not None:
             await asyncio.to_thread(warm)  # load the model before taking traffic
+        settle_heap(settings)
         log.info("query service ready: embedder=%s llm=%s", embedder.name, settings.llm_enabled)
         try:
             yield

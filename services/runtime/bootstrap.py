@@ -26,6 +26,7 @@ from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime.heap import settle_heap
 from services.runtime.logs import limit_repeats
 from services.runtime.readiness import stores_ready
 from services.runtime.shutdown import start_watchdog
@@ -115,9 +116,10 @@ class GracefulWorker(faust.Worker):
         await super()._stop_on_signal(signal)
 
 
-def run_worker(app: StageApp, stores: Stores, warm: Callable[[], None] | None = None) -> int:
+def run_worker(app: StageApp, settings: Settings, warm: Callable[[], None] | None = None) -> int:
     if warm is not None:
         warm()  # load the model before taking traffic, not on the first batch
+    settle_heap(settings)
     try:
         GracefulWorker(app, loglevel="INFO").execute_from_commandline()
     except GaamaError as exc:
@@ -157,4 +159,4 @@ def serve(
     embedder = build_embedder(settings, embed_metrics(name, registry))
     stores = connect_stores(settings, embedder.dim)
     app = wire(Service(name, settings, registry, metrics, embedder, stores))
-    return run_worker(app, stores, warm=getattr(embedder, "warm_up", None))
+    return run_worker(app, settings, warm=getattr(embedder, "warm_up", None))
