@@ -15,6 +15,11 @@ in the score. Two fusions are offered (the ``fusion`` retrieval setting):
   share of the query's term weight the node matches (:mod:`gaama.store.fulltext`), not scaled to
   the best match: a node matching only the query's common words (a speaker's name) gains little
   even when nothing matches better.
+
+Under ``score`` and ``cover`` a node's full-text credit may be scaled by how far its meaning
+agrees with the query (:func:`corroboration`), and :func:`pair_share` credits the query's
+ordered word pairs a text holds: rules measured against the channel's known limit and left off
+(docs/benchmarks.md, "Category 3 at R@10: general rules measured (fifth pass)").
 """
 
 from __future__ import annotations
@@ -122,13 +127,16 @@ def fuse(
     top_lex = (
         1.0 if fusion == "cover" else max((v for v in lex.values() if v > 0), default=0.0) or 1.0
     )
+    if not gate and not floor:
+        return {
+            n: max(s, 0.0) / top_sim + w_lex * max(lex.get(n, 0.0), 0.0) / top_lex
+            for n, s in sims.items()
+        }
     out: dict[str, float] = {}
     for n, s in sims.items():
         rel = max(s, 0.0) / top_sim
         credit = w_lex * max(lex.get(n, 0.0), 0.0) / top_lex
-        if credit and (gate or floor):
-            credit *= corroboration(rel, gate, floor)
-        out[n] = rel + credit
+        out[n] = rel + (credit * corroboration(rel, gate, floor) if credit else 0.0)
     return out
 
 
