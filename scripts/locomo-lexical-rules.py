@@ -109,9 +109,9 @@ async def _search_with_rules(self: Any, tenant: str, query: str, **kw: Any) -> A
     return await _search(self, tenant, query, params=params or None, **kw)
 
 
-fulltext.idf, fulltext.bm25 = _idf, _bm25  # type: ignore[assignment]
+fulltext.idf, fulltext.bm25 = _idf, _bm25
 VectorIndex.lexical = _lexical  # type: ignore[method-assign]
-search_module.fuse = _fuse  # type: ignore[assignment]
+setattr(search_module, "fuse", _fuse)  # noqa: B010 (the name is not exported)
 search_module.Retriever.search = _search_with_rules  # type: ignore[method-assign]
 
 if __name__ == "__main__":
