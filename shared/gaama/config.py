@@ -150,14 +150,6 @@ class RetrievalSettings(BaseModel):
     w_lex: float = Field(0.3, ge=0.0, le=10.0)
     lexical_k: int = Field(20, ge=0, le=2000)
     fusion: Literal["score", "rrf", "cover"] = "cover"
-    # Corroborated lexical credit (score and cover fusion): a node's lexical credit times
-    # ``(sim / max sim) ** lex_gate`` and its similarity's share of the way from ``lex_floor``
-    # (over the best candidate's) to the best (both 0: the credit as it is).
-    lex_gate: float = Field(0.0, ge=0.0, le=10.0)
-    lex_floor: float = Field(0.0, ge=0.0, lt=1.0)
-    # Ordered proximity: what a candidate gains per share of the query's neighbouring content-word
-    # pairs its text holds in order (0: off).
-    w_prox: float = Field(0.0, ge=0.0, le=10.0)
     # Time-aware queries (docs/architecture.md, "Time-aware queries"): what a candidate in a
     # period the query names gains on its score (0 turns the prior off).
     w_time: float = Field(0.2, ge=0.0, le=10.0)

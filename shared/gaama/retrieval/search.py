@@ -68,7 +68,7 @@ from gaama.retrieval.candidates import (
     show,
     time_prior,
 )
-from gaama.retrieval.lexical import fuse, pair_share, query_pairs, query_terms
+from gaama.retrieval.lexical import fuse, query_terms
 from gaama.retrieval.pack import Caps, Provenance, distinct_turns, pack
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.request import (
@@ -219,14 +219,11 @@ class Retriever:
         shown = {h.id: h.fields for h in hits}
         lex = {m.id: m.score for m in matches}
         join_matches(sims, shown, matches, qvec)
-        pairs = query_pairs(query) if p.w_prox > 0 else frozenset()
         scores: dict[str, float] = {}
         sub: Expansion | None = None
         iterations = 0
         if mode != "semantic" and sims:
-            relevance = fuse(sims, lex, p.w_lex, p.fusion, p.lex_gate, p.lex_floor) if lex else sims
-            if pairs:
-                relevance = _with_pairs(relevance, shown, pairs, p.w_prox)
+            relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
             seeds = sorted(relevance, key=lambda n: (-relevance[n], n))[: p.seeds]
             sub = await self._expand(tenant, seeds, p, subject, conversation)
             lap("expand")
@@ -274,9 +271,7 @@ class Retriever:
             p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words, p.reflection_floor
         )
         # Similarity fused with the full-text match over every candidate (expanded ones too).
-        relevance = fuse(sims, lex, p.w_lex, p.fusion, p.lex_gate, p.lex_floor) if lex else sims
-        if pairs:
-            relevance = _with_pairs(relevance, shown, pairs, p.w_prox)
+        relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
         prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
@@ -338,20 +333,6 @@ class Retriever:
         if result.mode != "semantic":
             self.metrics.subgraph_nodes.observe(result.subgraph_nodes)
             self.metrics.ppr_iterations.observe(result.ppr_iterations)
-
-
-def _with_pairs(
-    relevance: Mapping[str, float],
-    shown: Mapping[str, Mapping[str, str]],
-    pairs: frozenset[tuple[str, str]],
-    weight: float,
-) -> dict[str, float]:
-    """``relevance`` plus ``weight`` times the share of the query's word pairs each candidate's
-    text holds in order (:func:`~gaama.retrieval.lexical.pair_share`)."""
-    return {
-        n: r + weight * pair_share(pairs, shown.get(n, {}).get("text", ""))
-        for n, r in relevance.items()
-    }
 
 
 async def _none() -> None:
