@@ -6,9 +6,11 @@ service, Redis and the load generator (this process), read from ``/proc`` around
 One synthetic tenant (``benchmarks.synthetic``, as ``python -m benchmarks query`` loads it) on a
 Redis of its own, one query service process on the default (ONNX) embedder, the benchmark's own
 HTTP load generator. For c = 1 and 16, gaama and semantic run in two rounds in the order A B B A;
-each line is one run: p50, QPS, and the CPU milliseconds per search of each process (user +
-system). At c=16 one service process and Redis share the machine's cores, so the ratio of the
-modes' total CPU per search is what bounds the ratio of their throughput.
+each line is one run: p50, QPS, the CPU milliseconds per search of each process (user +
+system), and the service's garbage collections in the run (``gaama_query_gc_pause_seconds``:
+their count and milliseconds per search). At c=16 one service process and Redis share the
+machine's cores, so the ratio of the modes' total CPU per search bounds the ratio of their
+throughput.
 """
 
 from __future__ import annotations
@@ -33,6 +35,22 @@ from gaama.store.vectors import VectorIndex
 
 MODES = ("gaama", "semantic")
 KEY = "cpu-per-process-key"
+
+
+async def gc_pauses(url: str) -> tuple[float, float]:
+    """The query service's garbage collections so far: count and total seconds, all
+    generations."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=10) as client:
+        text = (await client.get(f"{url}/metrics")).text
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("gaama_query_gc_pause_seconds_count"):
+            count += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("gaama_query_gc_pause_seconds_sum"):
+            total += float(line.rsplit(" ", 1)[1])
+    return count, total
 
 
 def cpu_seconds(pid: int) -> float:
@@ -69,6 +87,7 @@ async def measure(url: str, redis_pid: int, directory: Path, nodes: int, request
         first = 0
         for concurrency in (1, 16):
             for mode in (*MODES, *reversed(MODES)):
+                collections, paused = await gc_pauses(service.url)
                 before = {name: cpu_seconds(pid) for name, pid in pids.items()}
                 spec = RunSpec(nodes, concurrency, mode, requests)
                 observed, wall = await run_queries(
@@ -76,12 +95,15 @@ async def measure(url: str, redis_pid: int, directory: Path, nodes: int, request
                 )
                 first += requests
                 cpu = {n: (cpu_seconds(p) - before[n]) * 1000 / requests for n, p in pids.items()}
+                collections_after, paused_after = await gc_pauses(service.url)
                 latencies = sorted(observed.latencies_ms)
                 print(
                     f"c={concurrency:<3d} {mode:9s} p50 {latencies[len(latencies) // 2]:6.1f} ms"
                     f"  {requests / wall:6.1f} qps  "
                     + "  ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())
                     + f"  total {sum(cpu.values()):.2f}"
+                    + f"  gc {collections_after - collections:.0f}x"
+                    + f" {(paused_after - paused) * 1000 / requests:.2f}"
                     + (f"  errors {observed.errors}" if observed.errors else "")
                 )
     finally:

@@ -24,7 +24,13 @@ from gaama import coalesce
 from gaama.config import Settings, load_settings
 from gaama.embed import build_embedder
 from gaama.errors import GaamaError
-from gaama.metrics import embed_metrics, forget_metrics, llm_metrics, query_metrics
+from gaama.metrics import (
+    embed_metrics,
+    forget_metrics,
+    gc_pause_metric,
+    llm_metrics,
+    query_metrics,
+)
 from gaama.retrieval.search import Retriever
 from gaama.store.forget import ForgetStore
 from services.query.app import create_app
@@ -61,6 +67,7 @@ def build(settings: Settings) -> FastAPI:
     """The app with its clients; they are closed when the app shuts down."""
     registry = CollectorRegistry()
     metrics = query_metrics(registry)
+    gc_pauses = gc_pause_metric("query", registry)
     # Concurrent requests' query encodes share one batch (GAAMA_EMBED_COALESCE_MS; 0 = off).
     embedder = coalesce.for_queries(
         build_embedder(settings, embed_metrics("query", registry)), settings
@@ -88,7 +95,7 @@ def build(settings: Settings) -> FastAPI:
         warm = getattr(embedder, "warm_up", None)
         if warm is not None:
             await asyncio.to_thread(warm)  # load the model before taking traffic
-        settle_heap(settings)
+        settle_heap(settings, gc_pauses)
         log.info("query service ready: embedder=%s llm=%s", embedder.name, settings.llm_enabled)
         try:
             yield

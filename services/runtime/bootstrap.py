@@ -12,13 +12,13 @@ from typing import Any
 
 import faust
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, Histogram
 
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.errors import ConfigError, GaamaError
 from gaama.forgetting import Forgetting
-from gaama.metrics import StageMetrics, embed_metrics, stage_metrics
+from gaama.metrics import StageMetrics, embed_metrics, gc_pause_metric, stage_metrics
 from gaama.store import connect
 from gaama.store.chunks import ChunkStore
 from gaama.store.durability import Durability
@@ -116,10 +116,15 @@ class GracefulWorker(faust.Worker):
         await super()._stop_on_signal(signal)
 
 
-def run_worker(app: StageApp, settings: Settings, warm: Callable[[], None] | None = None) -> int:
+def run_worker(
+    app: StageApp,
+    settings: Settings,
+    warm: Callable[[], None] | None = None,
+    gc_pauses: Histogram | None = None,
+) -> int:
     if warm is not None:
         warm()  # load the model before taking traffic, not on the first batch
-    settle_heap(settings)
+    settle_heap(settings, gc_pauses)
     try:
         GracefulWorker(app, loglevel="INFO").execute_from_commandline()
     except GaamaError as exc:
@@ -159,4 +164,9 @@ def serve(
     embedder = build_embedder(settings, embed_metrics(name, registry))
     stores = connect_stores(settings, embedder.dim)
     app = wire(Service(name, settings, registry, metrics, embedder, stores))
-    return run_worker(app, settings, warm=getattr(embedder, "warm_up", None))
+    return run_worker(
+        app,
+        settings,
+        warm=getattr(embedder, "warm_up", None),
+        gc_pauses=gc_pause_metric(name, registry),
+    )

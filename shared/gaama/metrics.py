@@ -151,6 +151,16 @@ def embed_metrics(service: str, registry: CollectorRegistry) -> EmbedMetrics:
     )
 
 
+def gc_pause_metric(service: str, registry: CollectorRegistry) -> Histogram:
+    """Pauses of Python's garbage collector, by generation (the process's event loop and every
+    request in flight wait them out)."""
+    return Declare(service, registry).histogram(
+        "gc_pause_seconds",
+        "Garbage collections by generation and how long each took",
+        ["generation"],
+    )
+
+
 @dataclass
 class LLMMetrics:
     calls: Counter

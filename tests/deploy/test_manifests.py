@@ -69,23 +69,30 @@ TARGETS = ("base", "base+keda", "dev", "prod")
 # How each service wires gaama.metrics (its main.py). Names are never copied here: they come
 # from calling these functions on a fresh registry.
 SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
-    "ingest": [lambda r: gm.stage_metrics("ingest", r), lambda r: gm.embed_metrics("ingest", r)],
+    "ingest": [
+        lambda r: gm.stage_metrics("ingest", r),
+        lambda r: gm.embed_metrics("ingest", r),
+        lambda r: gm.gc_pause_metric("ingest", r),
+    ],
     "extract": [
         lambda r: gm.stage_metrics(
             "extract", r, tasks=("consumer_lag", "progress", "idle_chunks", "outbox")
         ),
         lambda r: gm.embed_metrics("extract", r),
+        lambda r: gm.gc_pause_metric("extract", r),
         lambda r: gm.llm_metrics("extract", r),
     ],
     "reflect": [
         lambda r: gm.stage_metrics("reflect", r),
         lambda r: gm.embed_metrics("reflect", r),
+        lambda r: gm.gc_pause_metric("reflect", r),
         lambda r: gm.llm_metrics("reflect", r),
         lambda r: gm.forget_metrics("reflect", r),
     ],
     "query": [
         gm.query_metrics,
         lambda r: gm.embed_metrics("query", r),
+        lambda r: gm.gc_pause_metric("query", r),
         lambda r: gm.graph_size_gauge("query", r),
         lambda r: gm.forget_metrics("query", r),
     ],

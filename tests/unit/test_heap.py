@@ -6,9 +6,12 @@ import gc
 from collections.abc import Iterator
 
 import pytest
+from prometheus_client import CollectorRegistry
 
 from gaama.config import load_settings
 from gaama.errors import ConfigError
+from gaama.metrics import gc_pause_metric
+from services.runtime import heap
 from services.runtime.heap import settle_heap
 
 
@@ -19,6 +22,9 @@ def collector() -> Iterator[None]:
     yield
     gc.unfreeze()
     gc.set_threshold(*threshold)
+    for callback in heap._installed:
+        if callback in gc.callbacks:
+            gc.callbacks.remove(callback)
 
 
 def test_settle_heap_freezes_the_start_up_objects_and_raises_the_young_threshold(
@@ -46,3 +52,22 @@ def test_settle_heap_can_leave_python_s_defaults(collector: None) -> None:
 def test_a_negative_threshold_is_a_clear_config_error() -> None:
     with pytest.raises(ConfigError, match="GAAMA_GC_GEN0_THRESHOLD"):
         load_settings(gc_gen0_threshold=-1)
+
+
+def test_each_collection_is_observed_by_generation_once(collector: None) -> None:
+    first, registry = CollectorRegistry(), CollectorRegistry()
+    settle_heap(load_settings(), gc_pause_metric("query", first))
+    # a second start-up in the same process replaces the watch instead of adding one
+    settle_heap(load_settings(), gc_pause_metric("query", registry))
+
+    def counts(reg: CollectorRegistry) -> list[float]:
+        name = "gaama_query_gc_pause_seconds_count"
+        return [reg.get_sample_value(name, {"generation": g}) or 0.0 for g in "012"]
+
+    before, first_before = counts(registry), counts(first)
+    gc.collect(0)
+    gc.collect(2)
+    assert [n - b for n, b in zip(counts(registry), before, strict=True)] == [1, 0, 1]
+    assert counts(first) == first_before
+    total = registry.get_sample_value("gaama_query_gc_pause_seconds_sum", {"generation": "2"})
+    assert total is not None and total > 0
