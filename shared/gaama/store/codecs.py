@@ -79,6 +79,9 @@ def node_mapping(node: Node) -> dict[str, Any]:
     }
     for k, v in node.extra.items():
         m[k] = v
+    raw = m.get("raw")
+    if node.kind is NodeKind.EPISODE and raw and said_in(node.text, node.speaker) == raw:
+        del m["raw"]  # the text holds it: read back from there (node_from_hash, episode_said)
     if node.vector is not None:
         m.update(vector_fields(node.vector))
     return m
@@ -110,10 +113,15 @@ def node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
     }
     if sources := get("sources"):
         extra["sources"] = sources
+    kind = NodeKind(get("kind"))
+    if kind is NodeKind.EPISODE and "raw" not in extra:
+        said = said_in(get("text"), get("speaker"))
+        if said:
+            extra["raw"] = said
     return Node(
         id=node_id,
         tenant=tenant,
-        kind=NodeKind(get("kind")),
+        kind=kind,
         text=get("text"),
         time=float(get("time") or 0),
         conversation=get("conversation"),
@@ -123,6 +131,26 @@ def node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
         belief=float(get("belief") or 1),
         extra=extra,
     )
+
+
+def said_in(text: str, speaker: str) -> str | None:
+    """What an episode's speaker said, read from its text ``"[<time>] <speaker>: <said>"``
+    (:meth:`gaama.events.TurnReceived.episode_text`); ``None`` for a text of another form.
+
+    An episode's ``raw`` field (what was said) is left out of its hash when this gives it back
+    exactly: :func:`node_mapping` checks before leaving it out, so no text is ever misread.
+    """
+    if not text.startswith("["):
+        return None
+    head = f"] {speaker}: "
+    at = text.find(head)
+    return text[at + len(head) :] if at > 0 else None
+
+
+def episode_said(raw: str, text: str, speaker: str) -> str:
+    """An episode's words as said, from its stored fields: ``raw``, or, when it was left out
+    (:func:`said_in`), read from the text; the text itself when neither holds them."""
+    return raw or said_in(text, speaker) or text
 
 
 #: Each edge kind's letter in an adjacency value: upper case at the edge's source, lower case at
