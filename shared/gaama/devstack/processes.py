@@ -114,6 +114,10 @@ def start_redis(directory: Path, port: int, cluster_bus: int | None = None) -> i
         # A node hash (vector and text) fits a listpack: less memory, fewer cache misses per read.
         "--hash-max-listpack-value",
         "4096",
+        # A conversation's NEXT chain (a sorted set of its episodes) stays a listpack up to 1,024
+        # episodes: about 36 bytes an episode against 104 as a skiplist.
+        "--zset-max-listpack-entries",
+        "1024",
     ]
     if cluster_bus is not None:
         # nodes.conf lives in the node's own directory; a node that misses its peers for 5 s
