@@ -1,6 +1,7 @@
 """Adjacency values as one letter per edge kind (and the weight when not 1), and the layout
 before them (``KIND|o|w``): every reader of adjacency — the expansion, provenance, neighbour
-reads, the forget cascade — gives the same answers over either, and over a mix of both."""
+reads, the forget cascade — gives the same answers over either, and over a mix of both; ``gaama
+migrate graph`` rewrites the older values and chains."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import pytest
 
 from gaama import ids
 from gaama.model import Edge, EdgeKind, Node, NodeKind
+from gaama.store import scripts
 from gaama.store.codecs import EDGE_CODES
 from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
+from gaama.store.migrate_graph import migrate_graph
 
 pytestmark = pytest.mark.requires_stack
 
@@ -140,3 +143,50 @@ async def test_forget_bridges_the_chain_over_either_layout(graph: GraphStore):
     }
     kept = await graph.existing(T, list(n))
     assert {by_name[x] for x in ("fa", "fb", "c")} <= kept  # each still has a source or an edge
+
+
+async def test_migrate_graph_rewrites_older_values_once(graph: GraphStore):
+    """``gaama migrate graph``: every value of the older layout rewritten with letters, the reads
+    unchanged; a second run does nothing."""
+    n = await _graph(graph)
+    before = await _reads(graph, n)
+    rewritten = await _to_legacy(graph, list(n))
+    report = await migrate_graph(graph.redis, graph.keys)
+    assert report.values_rewritten == rewritten
+    assert report.adjacency_keys == len(n)
+    for node in n:
+        values = (await graph.redis.hgetall(graph.keys.adj(T, node))).values()
+        assert not any(b"|" in v for v in values)
+    assert await _reads(graph, n) == before
+    assert (await migrate_graph(graph.redis, graph.keys)).values_rewritten == 0
+
+
+@pytest.mark.single_redis  # sets a server setting for a moment; a cluster has three servers
+async def test_migrate_graph_rewrites_a_skiplist_chain_as_a_listpack(graph: GraphStore):
+    redis = graph.redis
+    await _graph(graph)
+    chain = graph.keys.chain(T, "c1")
+    members = await redis.zrange(chain, 0, -1, withscores=True)
+    setting = (await redis.config_get("zset-max-listpack-entries"))["zset-max-listpack-entries"]
+    await redis.config_set("zset-max-listpack-entries", 2)  # as if made under a lower setting
+    try:
+        await redis.delete(chain)
+        await redis.zadd(chain, dict(members))
+        assert await redis.object("encoding", chain) == b"skiplist"
+    finally:
+        await redis.config_set("zset-max-listpack-entries", setting)
+    assert (await migrate_graph(redis, graph.keys)).chains_rewritten == 1
+    assert await redis.object("encoding", chain) == b"listpack"
+    assert await redis.zrange(chain, 0, -1, withscores=True) == members
+    assert (await migrate_graph(redis, graph.keys)).chains_rewritten == 0
+
+
+async def test_a_value_changed_since_it_was_read_is_left_alone(graph: GraphStore):
+    """The migration replaces a value only if it is still the one it read: a concurrent write
+    or forget wins."""
+    key = graph.keys.adj(T, "ep_x")
+    await graph.redis.hset(key, mapping={"ep_y": "NEXT|o|1", "ep_z": "N"})
+    replace = scripts.register(graph.redis, "replace_if.lua")
+    args = ["ep_y", "NEXT|o|1", "N", "ep_z", "NEXT|o|1", "N0.5", "ep_gone", "NEXT|i|1", "n"]
+    assert await replace(keys=[key], args=args) == 1
+    assert await graph.redis.hgetall(key) == {b"ep_y": b"N", b"ep_z": b"N"}

@@ -177,12 +177,17 @@ def adjacency_code(kind: EdgeKind, *, outgoing: bool) -> str:
     return code if outgoing else code.lower()
 
 
+def adjacency_value(kind: EdgeKind, outgoing: bool, weight: float) -> str:
+    """The stored adjacency value of a ``kind`` edge of ``weight``, at its source (``outgoing``)
+    or at its target: its kind's letter, then its weight unless that is 1 (nearly every edge: a
+    letter is the whole value)."""
+    w = f"{weight:.6g}"
+    return adjacency_code(kind, outgoing=outgoing) + ("" if w == "1" else w)
+
+
 def adjacency_values(e: Edge) -> tuple[str, str]:
-    """The stored adjacency values of an edge, at its source and at its target: its kind's
-    letter, then its weight unless that is 1 (nearly every edge: a letter is the whole value)."""
-    w = f"{e.weight:.6g}"
-    w = "" if w == "1" else w
-    return adjacency_code(e.kind, outgoing=True) + w, adjacency_code(e.kind, outgoing=False) + w
+    """The stored adjacency values of an edge, at its source and at its target."""
+    return adjacency_value(e.kind, True, e.weight), adjacency_value(e.kind, False, e.weight)
 
 
 #: The adjacency values of a NEXT edge (stored weight 1; its type weight is applied at
