@@ -198,9 +198,11 @@ NEXT_VALUES = (
 )
 
 
-def parse_adjacency(value: bytes, node: str) -> Neighbour:
+def parse_adjacency(value: bytes | str, node: str) -> Neighbour:
     """The neighbour ``node`` as seen from an adjacency value, in either layout (see
     :func:`adjacency_values`; a value written before the letters reads the same)."""
+    if isinstance(value, str):
+        value = value.encode()
     if b"|" in value:
         kind, direction, weight = value.split(b"|")
         return Neighbour(

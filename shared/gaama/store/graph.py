@@ -283,7 +283,7 @@ class GraphStore(SubgraphReads):
         cap = scan_cap if scan_cap is not None else 20 * limit
         rows: list[Any] = []
         keys = [self.keys.adj(tenant, i) for i in ids]
-        args = [code, limit, cap, legacy]
+        args: list[str | int] = [code, limit, cap, legacy]
         with store_errors():
             for i in range(0, len(keys), _BATCH):
                 rows += await self._of_kind(keys=keys[i : i + _BATCH], args=args)

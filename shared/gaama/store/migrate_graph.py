@@ -26,7 +26,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from gaama.store import cluster, scripts
-from gaama.store.codecs import adjacency_value, parse_adjacency
+from gaama.store.codecs import adjacency_value, as_text, parse_adjacency
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
@@ -80,8 +80,7 @@ async def migrate_graph(
                     for t in done:
                         t.result()
                 pending.add(asyncio.create_task(each(key)))
-        for t in asyncio.as_completed(pending):
-            await t
+        await asyncio.gather(*pending)
         if progress:
             progress(
                 f"{pattern}: adjacency {report.adjacency_keys} keys, {report.values_rewritten} "
@@ -107,6 +106,6 @@ async def _listpack_limit(redis: aioredis.Redis) -> int:
                     found.append(int(reply[1]))
                 return min(found)
             got = await redis.config_get("zset-max-listpack-entries")
-            return int(got["zset-max-listpack-entries"])
+            return int(as_text(got.get("zset-max-listpack-entries")) or 0)
     except ResponseError:
         return 0
