@@ -1,6 +1,7 @@
 """Where a node's Redis bytes go, per kind of key: a synthetic tenant (``benchmarks.synthetic``, as
 ``python -m benchmarks query`` loads it) on a Redis of its own, then ``MEMORY USAGE`` of every
-key of the tenant, summed per kind of key and divided by the nodes.
+key of the tenant, summed per kind of key and divided by the nodes (and a node hash's bytes by
+the node's kind).
 
     PYTHONPATH=shared:. python scripts/redis-bytes-split.py [nodes]
 
@@ -47,12 +48,20 @@ TENANT = "split"
 async def usage(redis: aioredis.Redis, keys: Keys, nodes: int) -> dict[str, float]:
     """Bytes per node of each kind of the tenant's keys (node hashes also per node kind)."""
     total: Counter[str] = Counter()
+    per_kind: Counter[str] = Counter()
+    count: Counter[str] = Counter()
     for kind in ("node", "adj", "chain", "deg"):
         async for key in redis.scan_iter(match=f"{keys.prefix}:{kind}:*", count=1000):
-            total[kind] += await redis.memory_usage(key, samples=0)
-    return {k: round(v / nodes, 1) for k, v in total.items()} | {
-        "all keys": round(sum(total.values()) / nodes, 1)
-    }
+            used = await redis.memory_usage(key, samples=0) or 0
+            total[kind] += used
+            if kind == "node":
+                node_kind = as_text(await redis.hget(key, "kind"))
+                per_kind[node_kind] += used
+                count[node_kind] += 1
+    out = {k: round(v / nodes, 1) for k, v in total.items()}
+    out["all keys"] = round(sum(total.values()) / nodes, 1)
+    # a node hash of each kind, on average (not per node of the tenant)
+    return out | {f"one {k}": round(per_kind[k] / count[k], 1) for k in sorted(count)}
 
 
 async def to_older_forms(r: aioredis.Redis, keys: Keys) -> None:
@@ -118,9 +127,9 @@ async def split(url: str, nodes: int) -> None:
         ms += [await expansions(graph, seed_sets), await expansions(graph, seed_sets)]
         await migrate_graph(client, keys)
         ms.append(await expansions(graph, seed_sets))
-        print(f"{'key kind':<10} {'this version':>14} {'older forms':>12} {'difference':>11}")
+        print(f"{'key kind':<14} {'this version':>14} {'older forms':>12} {'difference':>11}")
         for k in now:
-            print(f"{k:<10} {now[k]:>14,.1f} {before[k]:>12,.1f} {before[k] - now[k]:>11,.1f}")
+            print(f"{k:<14} {now[k]:>14,.1f} {before[k]:>12,.1f} {before[k] - now[k]:>11,.1f}")
         print(
             f"expansion p50 ms (this version, older, older, this version): "
             f"{', '.join(f'{m:.3f}' for m in ms)}"
