@@ -20,13 +20,9 @@ Lua script parses every adjacency value it reads.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import sys
-import tempfile
 import time
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -140,18 +136,8 @@ async def split(url: str, nodes: int) -> None:
 
 def main() -> None:
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
-    with tempfile.TemporaryDirectory(prefix="gaama-bytes-") as d:
-        port = processes.free_port()
-        pid = processes.start_redis(Path(d), port)
-        try:
-            processes.wait_redis(port, pid, Path(d) / "redis.log")
-            asyncio.run(split(f"redis://127.0.0.1:{port}", nodes))
-        finally:
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(100):  # its files are removed with the directory once it has exited
-                if not processes.alive(pid):
-                    break
-                time.sleep(0.1)
+    with processes.temporary_redis("gaama-bytes-") as url:
+        asyncio.run(split(url, nodes))
 
 
 if __name__ == "__main__":
