@@ -68,6 +68,7 @@ from gaama.events import (
 from gaama.launch import SERVICES, ServiceProcess
 from gaama.model import EdgeKind, NodeKind
 from gaama.store import connect
+from gaama.store.codecs import parse_adjacency
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 from tests.fakes.openai_server import FakeOpenAIServer, malformed, slow, status
@@ -282,9 +283,9 @@ async def read_graph(redis: Any, index: VectorIndex, keys: Keys, tenant: str) ->
     for k, row in zip(adj_keys, await pipe.execute(), strict=True):
         src = keys.id_from_node_key(k.decode())
         for nb, val in row.items():
-            kind, direction, _ = val.decode().split("|", 2)
-            if direction == "o":
-                edges.add((src, nb.decode(), kind))
+            edge = parse_adjacency(val, nb.decode())
+            if edge.outgoing:
+                edges.add((src, edge.node, edge.kind.value))
     chains = {}
     async for k in redis.scan_iter(match=f"{keys.prefix}:chain:{{{tenant}}}:*"):
         chains[k.decode().rsplit(":", 1)[1]] = int(await redis.zcard(k))

@@ -68,7 +68,7 @@ from gaama.retrieval.search import Retriever
 from gaama.store import connect
 from gaama.store.bulk import BulkLoader
 from gaama.store.chunks import ChunkStore
-from gaama.store.codecs import as_text
+from gaama.store.codecs import as_text, episode_said
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
@@ -202,12 +202,13 @@ class ConvIndex:
     @classmethod
     async def load(cls, stores: Stores, tenant: str, conv: Conversation) -> ConvIndex:
         ids = await stores.graph.chain(tenant, conv.sample_id)
-        rows = await stores.graph.get_fields(tenant, ids, ["turn_id", "raw", "text", "time"])
+        fields = ["turn_id", "raw", "text", "time", "speaker"]
+        rows = await stores.graph.get_fields(tenant, ids, fields)
         vectors = await stores.graph.vectors(tenant, ids, stores.embedder.dim)
         passages, times = [], []
         for i in ids:
-            turn, raw, text, t = (as_text(b) for b in rows.get(i, [None, None, None, None]))
-            passages.append(Passage(i, turn, raw or text, text))
+            turn, raw, text, t, speaker = (as_text(b) for b in rows.get(i, [None] * len(fields)))
+            passages.append(Passage(i, turn, episode_said(raw, text, speaker), text))
             times.append(float(t or 0.0))
         graph = await asyncio.to_thread(EntityGraph, passages, vectors)
         return cls(tenant, conv, passages, {p.id: n for n, p in enumerate(passages)}, times, graph)

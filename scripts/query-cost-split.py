@@ -14,14 +14,10 @@ asyncio packer and with :class:`gaama.store.packing.PackedConnection`.
 from __future__ import annotations
 
 import asyncio
-import os
 import resource
-import signal
 import sys
-import tempfile
 import time
 import timeit
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -139,18 +135,8 @@ def packing() -> None:
 def main() -> None:
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     searches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
-    with tempfile.TemporaryDirectory(prefix="gaama-split-") as d:
-        port = processes.free_port()
-        pid = processes.start_redis(Path(d), port)
-        try:
-            processes.wait_redis(port, pid, Path(d) / "redis.log")
-            asyncio.run(split(f"redis://127.0.0.1:{port}", nodes, searches))
-        finally:
-            os.kill(pid, signal.SIGTERM)
-            for _ in range(100):  # its files are removed with the directory once it has exited
-                if not processes.alive(pid):
-                    break
-                time.sleep(0.1)
+    with processes.temporary_redis("gaama-split-") as url:
+        asyncio.run(split(url, nodes, searches))
     packing()
 
 

@@ -1,4 +1,4 @@
-"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index|vectors``,
+"""The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index|vectors|graph``,
 ``gaama demo``, ``gaama forget|memories|export|audit``, ``gaama mcp``."""
 
 from __future__ import annotations
@@ -8,8 +8,12 @@ import os
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gaama.errors import GaamaError
+
+if TYPE_CHECKING:
+    from gaama.config import Settings
 
 
 def _dev(args: argparse.Namespace) -> int:
@@ -55,6 +59,8 @@ def _migrate(args: argparse.Namespace) -> int:
     from gaama.store.vectors import VectorIndex
 
     settings = load_settings()
+    if args.what == "graph":
+        return _migrate_graph(settings)
 
     async def run() -> None:
         redis = connect(settings.redis_url, cluster=settings.redis_cluster)
@@ -78,6 +84,32 @@ def _migrate(args: argparse.Namespace) -> int:
                 f"old float32 vectors kept for {', '.join(report.old_vectors_kept_for)}: drop "
                 f"it (FT.DROPINDEX without DD) once no service uses it, then run this again"
             )
+
+    asyncio.run(run())
+    return 0
+
+
+def _migrate_graph(settings: Settings) -> int:
+    import asyncio
+
+    from gaama.store import connect
+    from gaama.store.keys import Keys
+    from gaama.store.migrate_graph import migrate_graph
+
+    async def run() -> None:
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
+        try:
+            r = await migrate_graph(
+                redis,
+                Keys(settings.key_prefix),
+                progress=lambda line: print(f"# {line}", file=sys.stderr),
+            )
+        finally:
+            await redis.aclose()
+        print(
+            f"adjacency: {r.adjacency_keys} hashes, {r.values_rewritten} values rewritten; "
+            f"NEXT chains: {r.chains}, {r.chains_rewritten} rewritten as listpacks"
+        )
 
     asyncio.run(run())
     return 0
@@ -117,10 +149,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument(
         "what",
-        choices=["index", "vectors"],
-        help="both bring node hashes and the index to this version's layout (exact-match tag "
-        "digests; float16 vectors instead of float32 + int8) and rebuild the index if its "
-        "definition is older; idempotent (docs/operations.md, 'Index schema changes')",
+        choices=["index", "vectors", "graph"],
+        help="index, vectors: both bring node hashes and the index to this version's layout "
+        "(exact-match tag digests; float16 vectors instead of float32 + int8) and rebuild the "
+        "index if its definition is older; graph: adjacency values and NEXT chains in their "
+        "compact forms (memory only: every reader takes the older forms; online). All "
+        "idempotent (docs/operations.md, 'Index schema changes')",
     )
     migrate.add_argument(
         "--to",

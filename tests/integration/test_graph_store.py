@@ -502,6 +502,18 @@ async def test_a_node_with_its_vector_is_stored_as_a_listpack(
     assert await redis_client.object("encoding", keys.node("acme", e.id)) == b"listpack"
 
 
+async def test_a_conversation_of_a_thousand_turns_keeps_a_listpack_chain(
+    graph: GraphStore, redis_client, keys
+):
+    """The embedded stack runs Redis with zset-max-listpack-entries 1024 (docs/operations.md): a
+    conversation's NEXT chain of 1,000 episodes is a listpack, not a skiplist."""
+    nodes = [episode("acme", "c", str(i), f"turn {i}", [1.0] * 384) for i in range(1000)]
+    for i in range(0, len(nodes), 100):
+        await graph.append_episodes(nodes[i : i + 100])
+    assert await redis_client.zcard(keys.chain("acme", "c")) == 1000
+    assert await redis_client.object("encoding", keys.chain("acme", "c")) == b"listpack"
+
+
 async def test_read_during_sends_the_request_before_the_work(
     graph: GraphStore, redis_client, settings, keys
 ):

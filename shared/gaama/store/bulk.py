@@ -18,7 +18,7 @@ import numpy as np
 from gaama.errors import ValidationError
 from gaama.model import Edge, Node
 from gaama.store import cluster
-from gaama.store.codecs import as_text, node_mapping, vector_fields
+from gaama.store.codecs import node_mapping, parse_adjacency, vector_fields
 from gaama.store.errors import store_errors
 from gaama.store.graph import GraphStore
 
@@ -112,9 +112,9 @@ class BulkLoader:
                 redis, f"{self.keys.adj_prefix(tenant)}*", near=self.keys.degrees(tenant)
             ):
                 for value in (await redis.hgetall(key)).values():
-                    kind, direction, _ = as_text(value).split("|")
-                    if direction == "o":
-                        counts[kind] = counts.get(kind, 0) + 1
+                    nb = parse_adjacency(value, "")
+                    if nb.outgoing:
+                        counts[nb.kind.value] = counts.get(nb.kind.value, 0) + 1
         return counts
 
     async def delete_namespace(self) -> int:

@@ -2,8 +2,9 @@
 
 A node is one hash (``Keys.node``): its readable fields, the digests of its scopes (the vector
 index's TAG fields), and its vector as float16, the form the index holds and retrieval's
-read-ahead reads. Adjacency is one hash per node (``Keys.adj``): neighbour id → ``KIND|o|w`` (an
-outgoing edge) or ``KIND|i|w`` (incoming), ``w`` the stored weight.
+read-ahead reads. Adjacency is one hash per node (``Keys.adj``): neighbour id → the edge's kind
+as one letter, upper case at the edge's source and lower case at its target, followed by its
+stored weight unless that is 1 (:func:`adjacency_values`).
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ LEGACY_VECTOR_FIELD, LEGACY_COMPACT_FIELD = "embedding", "embedding_i8"
 #: float16 tops out at 65,504; a vector with a larger component is scaled down (cosine similarity
 #: ignores the scale). Embedders give unit vectors, far inside.
 _F16_SAFE = 1e4
-#: Stored weight of a NEXT edge (its type weight is applied at retrieval).
-NEXT_STORED_WEIGHT = "1"
 #: Index TAG fields: the exact-match digest (:func:`gaama.ids.tag`) of each scope a search
 #: filters on. The readable values stay in their own fields; only the digests are indexed.
 TAG_FIELDS = {"tenant": "tenant_tag", "conversation": "conversation_tag", "subject": "subject_tag"}
@@ -80,6 +79,9 @@ def node_mapping(node: Node) -> dict[str, Any]:
     }
     for k, v in node.extra.items():
         m[k] = v
+    raw = m.get("raw")
+    if node.kind is NodeKind.EPISODE and raw and said_in(node.text, node.speaker) == raw:
+        del m["raw"]  # the text holds it: read back from there (node_from_hash, episode_said)
     if node.vector is not None:
         m.update(vector_fields(node.vector))
     return m
@@ -111,10 +113,15 @@ def node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
     }
     if sources := get("sources"):
         extra["sources"] = sources
+    kind = NodeKind(get("kind"))
+    if kind is NodeKind.EPISODE and "raw" not in extra:
+        said = said_in(get("text"), get("speaker"))
+        if said:
+            extra["raw"] = said
     return Node(
         id=node_id,
         tenant=tenant,
-        kind=NodeKind(get("kind")),
+        kind=kind,
         text=get("text"),
         time=float(get("time") or 0),
         conversation=get("conversation"),
@@ -126,21 +133,87 @@ def node_from_hash(tenant: str, node_id: str, h: Mapping[bytes, bytes]) -> Node:
     )
 
 
-_EDGE_KINDS = {k.value.encode(): k for k in EdgeKind}
+def said_in(text: str, speaker: str) -> str | None:
+    """What an episode's speaker said, read from its text ``"[<time>] <speaker>: <said>"``
+    (:meth:`gaama.events.TurnReceived.episode_text`); ``None`` for a text of another form.
+
+    An episode's ``raw`` field (what was said) is left out of its hash when this gives it back
+    exactly: :func:`node_mapping` checks before leaving it out, so no text is ever misread.
+    """
+    if not text.startswith("["):
+        return None
+    head = f"] {speaker}: "
+    at = text.find(head)
+    return text[at + len(head) :] if at > 0 else None
+
+
+def episode_said(raw: str, text: str, speaker: str) -> str:
+    """An episode's words as said, from its stored fields: ``raw``, or, when it was left out
+    (:func:`said_in`), read from the text; the text itself when neither holds them."""
+    return raw or said_in(text, speaker) or text
+
+
+#: Each edge kind's letter in an adjacency value: upper case at the edge's source, lower case at
+#: its target. The Lua scripts that read adjacency (``store/lua/``) hold the same table.
+EDGE_CODES: dict[EdgeKind, str] = {
+    EdgeKind.NEXT: "N",
+    EdgeKind.DERIVED_FROM: "D",
+    EdgeKind.DERIVED_FROM_FACT: "F",
+    EdgeKind.HAS_CONCEPT: "H",
+    EdgeKind.ABOUT_CONCEPT: "A",
+}
+_BY_CODE = {
+    **{c.encode(): (k, True) for k, c in EDGE_CODES.items()},
+    **{c.lower().encode(): (k, False) for k, c in EDGE_CODES.items()},
+}
+#: The layout before the letters: ``KIND|o|w`` (outgoing) or ``KIND|i|w`` (incoming), still read.
+_LEGACY_KINDS = {k.value.encode(): k for k in EdgeKind}
+
+
+def adjacency_code(kind: EdgeKind, *, outgoing: bool) -> str:
+    """The letter that starts the adjacency value of a ``kind`` edge at its source
+    (``outgoing``) or at its target."""
+    code = EDGE_CODES[kind]
+    return code if outgoing else code.lower()
+
+
+def adjacency_value(kind: EdgeKind, outgoing: bool, weight: float) -> str:
+    """The stored adjacency value of a ``kind`` edge of ``weight``, at its source (``outgoing``)
+    or at its target: its kind's letter, then its weight unless that is 1 (nearly every edge: a
+    letter is the whole value)."""
+    w = f"{weight:.6g}"
+    return adjacency_code(kind, outgoing=outgoing) + ("" if w == "1" else w)
 
 
 def adjacency_values(e: Edge) -> tuple[str, str]:
-    """The stored adjacency values of an edge: at its source (``KIND|o|w``) and at its target
-    (``KIND|i|w``)."""
-    w = f"{e.weight:.6g}"
-    return f"{e.kind.value}|o|{w}", f"{e.kind.value}|i|{w}"
+    """The stored adjacency values of an edge, at its source and at its target."""
+    return adjacency_value(e.kind, True, e.weight), adjacency_value(e.kind, False, e.weight)
 
 
-def parse_adjacency(value: bytes, node: str) -> Neighbour:
-    """The neighbour ``node`` as seen from an adjacency value (see :func:`adjacency_values`)."""
-    kind, direction, weight = value.split(b"|")
+#: The adjacency values of a NEXT edge (stored weight 1; its type weight is applied at
+#: retrieval): at the earlier episode and at the later one.
+NEXT_VALUES = (
+    adjacency_code(EdgeKind.NEXT, outgoing=True),
+    adjacency_code(EdgeKind.NEXT, outgoing=False),
+)
+
+
+def parse_adjacency(value: bytes | str, node: str) -> Neighbour:
+    """The neighbour ``node`` as seen from an adjacency value, in either layout (see
+    :func:`adjacency_values`; a value written before the letters reads the same)."""
+    if isinstance(value, str):
+        value = value.encode()
+    if b"|" in value:
+        kind, direction, weight = value.split(b"|")
+        return Neighbour(
+            node=node,
+            kind=_LEGACY_KINDS[kind],
+            outgoing=direction == b"o",
+            weight=float(weight),
+        )
+    edge, outgoing = _BY_CODE[value[:1]]
     return Neighbour(
-        node=node, kind=_EDGE_KINDS[kind], outgoing=direction == b"o", weight=float(weight)
+        node=node, kind=edge, outgoing=outgoing, weight=float(value[1:]) if value[1:] else 1.0
     )
 
 

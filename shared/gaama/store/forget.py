@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 from gaama import ids
 from gaama.model import NodeKind
 from gaama.store import cluster, scripts
-from gaama.store.codecs import as_text
+from gaama.store.codecs import as_text, episode_said
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
@@ -309,8 +309,8 @@ class ForgetStore:
     async def episode_texts(self, tenant: str, episode_ids: list[str]) -> list[str]:
         """What each episode's speaker said (the words an open chunk counted)."""
         with store_errors():
-            rows = await self._fields(tenant, episode_ids, ("raw", "text"))
-        return [raw or text for raw, text in rows]
+            rows = await self._fields(tenant, episode_ids, ("raw", "text", "speaker"))
+        return [episode_said(raw, text, speaker) for raw, text, speaker in rows]
 
     async def has_episodes(self, tenant: str) -> bool:
         with store_errors():

@@ -22,9 +22,10 @@ from gaama.ids import kind_of
 from gaama.model import EDGE_ENDPOINTS, Edge, EdgeKind, Neighbour, Node, NodeKind
 from gaama.store import cluster, scripts
 from gaama.store.codecs import (
-    NEXT_STORED_WEIGHT,
+    NEXT_VALUES,
     VECTOR_DTYPE,
     VECTOR_FIELD,
+    adjacency_code,
     adjacency_values,
     node_from_hash,
     node_mapping,
@@ -100,7 +101,7 @@ class GraphStore(SubgraphReads):
         if node.kind is not NodeKind.EPISODE or not node.conversation:
             raise ValidationError("append_episode takes an episode with a conversation")
         t, conv = node.tenant, node.conversation
-        args: list[Any] = [node.id, self.keys.adj_prefix(t), NEXT_STORED_WEIGHT]
+        args: list[Any] = [node.id, self.keys.adj_prefix(t), *NEXT_VALUES]
         for k, v in node_mapping(node).items():
             args += [k, v]
         keys = [
@@ -277,13 +278,15 @@ class GraphStore(SubgraphReads):
         """
         if not ids or limit <= 0:
             return {i: [] for i in ids}
-        want = f"{kind.value}|{'o' if outgoing else 'i'}|"
+        code = adjacency_code(kind, outgoing=outgoing)
+        legacy = f"{kind.value}|{'o' if outgoing else 'i'}|"  # values written before the letters
         cap = scan_cap if scan_cap is not None else 20 * limit
         rows: list[Any] = []
         keys = [self.keys.adj(tenant, i) for i in ids]
+        args: list[str | int] = [code, limit, cap, legacy]
         with store_errors():
             for i in range(0, len(keys), _BATCH):
-                rows += await self._of_kind(keys=keys[i : i + _BATCH], args=[want, limit, cap])
+                rows += await self._of_kind(keys=keys[i : i + _BATCH], args=args)
         return {
             i: [n.decode() if isinstance(n, bytes) else str(n) for n in row]
             for i, row in zip(ids, rows, strict=True)

@@ -4,7 +4,9 @@ Every key of a tenant carries the tenant as a cluster hash tag, so one tenant's 
 (multi-key transactions and Lua scripts stay legal on Redis Cluster)::
 
     <p>:node:{<tenant>}:<id>          hash: the node (and, for the vector index, its embedding)
-    <p>:adj:{<tenant>}:<id>           hash: neighbour id -> "<EDGE_KIND>|o|<w>" or "...|i|<w>"
+    <p>:adj:{<tenant>}:<id>           hash: neighbour id -> the edge kind's letter (upper case
+                                      at the source, lower at the target) and its weight if
+                                      not 1 (store/codecs.py; "KIND|o|w" before, still read)
     <p>:deg:{<tenant>}                hash: node id -> its degree (adjacency size), rewritten in
                                       the same transaction as every adjacency write
     <p>:chain:{<tenant>}:<conv>       zset: episode ids of a conversation scored by position

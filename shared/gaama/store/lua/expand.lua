@@ -42,7 +42,12 @@ local function load_degrees(ids)
     end
   end
 end
-local weights = {}  -- walk weight by stored value 'KIND|o|w' (values repeat: parse each once)
+-- the kinds' letters in adjacency values (gaama.store.codecs.EDGE_CODES), either case
+local KINDS = {N = 'NEXT', D = 'DERIVED_FROM', F = 'DERIVED_FROM_FACT', H = 'HAS_CONCEPT',
+               A = 'ABOUT_CONCEPT'}
+-- walk weight by stored value: the kind's letter and the weight if not 1, or, written before
+-- the letters, 'KIND|o|w' (values repeat: parse each once)
+local weights = {}
 local function walk(val)
   local ww = weights[val]
   if ww == nil then
@@ -51,7 +56,9 @@ local function walk(val)
       local w = num(sub(val, bar + 3)) or 0
       ww = (tw[sub(val, 1, bar - 1)] or 0) * w ^ power
     else
-      ww = 0  -- not an adjacency value of ours: no walk weight
+      local kind = KINDS[string.upper(sub(val, 1, 1))]
+      local w = (#val == 1) and 1 or (num(sub(val, 2)) or 0)
+      ww = kind and (tw[kind] or 0) * w ^ power or 0  -- not a value of ours: no walk weight
     end
     weights[val] = ww
   end

@@ -45,8 +45,19 @@ local function unlink(n)
   return nbs
 end
 
+-- An adjacency value as kind, direction ('o' at the edge's source, 'i' at its target) and stored
+-- weight ('' for 1): the kind's letter (gaama.store.codecs.EDGE_CODES) or, written before the
+-- letters, 'KIND|o|w'.
+local KINDS = {N = 'NEXT', D = 'DERIVED_FROM', F = 'DERIVED_FROM_FACT', H = 'HAS_CONCEPT',
+               A = 'ABOUT_CONCEPT'}
 local function parse(entry)
-  return string.match(entry, '^([^|]+)|([io])|(.*)$')
+  if string.find(entry, '|', 1, true) then
+    local kind, dir, w = string.match(entry, '^([^|]+)|([io])|(.*)$')
+    return kind, dir, (w == '1') and '' or w
+  end
+  local c = string.sub(entry, 1, 1)
+  local up = string.upper(c)
+  return KINDS[up], (c == up) and 'o' or 'i', string.sub(entry, 2)
 end
 
 local facts, concepts, reflections = {}, {}, {}
@@ -72,8 +83,8 @@ for i = FIRST, #ARGV do
       end
     end
     if prev and nxt then
-      call('HSET', adjp .. prev, nxt, 'NEXT|o|' .. w)
-      call('HSET', adjp .. nxt, prev, 'NEXT|i|' .. w)
+      call('HSET', adjp .. prev, nxt, 'N' .. w)
+      call('HSET', adjp .. nxt, prev, 'n' .. w)
       refresh(prev)
       refresh(nxt)
     end

@@ -6,7 +6,7 @@
 -- KEYS[1] a node key of the tenant (routes the call)
 -- ARGV[1] node prefix   ARGV[2] adj prefix   ARGV[3..] the ids
 -- Reply: per id {episode, turn id, ...}.
-local call, sub, gmatch = redis.call, string.sub, string.gmatch
+local call, sub, find, gmatch = redis.call, string.sub, string.find, string.gmatch
 local nodep, adjp = ARGV[1], ARGV[2]
 local turns = {}
 local function turn(e)
@@ -17,17 +17,22 @@ local function turn(e)
   end
   return t
 end
-local function targets(node, kind)
+-- The outgoing edges of one kind: its letter (gaama.store.codecs.EDGE_CODES) starts the value,
+-- or, written before the letters, 'KIND|o|'.
+local function targets(node, code, kind)
   local flat = call('HGETALL', adjp .. node)
-  local want = kind .. '|o|'
-  local n, out = #want, {}
+  local legacy = kind .. '|o|'
+  local n, out = #legacy, {}
   for j = 1, #flat, 2 do
-    if sub(flat[j + 1], 1, n) == want then out[#out + 1] = flat[j] end
+    local val = flat[j + 1]
+    if sub(val, 1, n) == legacy or (sub(val, 1, 1) == code and not find(val, '|', 1, true)) then
+      out[#out + 1] = flat[j]
+    end
   end
   return out
 end
 local function sources(fact, field)
-  if not field or field == '' then return targets(fact, 'DERIVED_FROM') end
+  if not field or field == '' then return targets(fact, 'D', 'DERIVED_FROM') end
   local out = {}
   for e in gmatch(field, '[^,]+') do out[#out + 1] = e end
   return out
@@ -42,7 +47,7 @@ for i = 3, #ARGV do
   elseif f[1] == 'fact' then
     eps = sources(id, f[2])
   elseif f[1] == 'reflection' then
-    for _, fact in ipairs(targets(id, 'DERIVED_FROM_FACT')) do
+    for _, fact in ipairs(targets(id, 'F', 'DERIVED_FROM_FACT')) do
       for _, e in ipairs(sources(fact, call('HGET', nodep .. fact, 'sources'))) do
         eps[#eps + 1] = e
       end
