@@ -63,6 +63,12 @@ def answerer_factory(
     return build
 
 
+def query_embedder_settings(settings: Settings) -> Settings:
+    """The settings the query service builds its embedder with: ``GAAMA_QUERY_ONNX_THREADS``
+    intra-op threads in place of the pipeline stages' ``GAAMA_ONNX_THREADS``."""
+    return settings.model_copy(update={"onnx_threads": settings.query_onnx_threads})
+
+
 def build(settings: Settings) -> FastAPI:
     """The app with its clients; they are closed when the app shuts down."""
     registry = CollectorRegistry()
@@ -70,7 +76,8 @@ def build(settings: Settings) -> FastAPI:
     gc_pauses = gc_pause_metric("query", registry)
     # Concurrent requests' query encodes share one batch (GAAMA_EMBED_COALESCE_MS; 0 = off).
     embedder = coalesce.for_queries(
-        build_embedder(settings, embed_metrics("query", registry)), settings
+        build_embedder(query_embedder_settings(settings), embed_metrics("query", registry)),
+        settings,
     )
     stores = connect_stores(settings, embedder.dim)  # creates the index if missing
     owned: list[Any] = []

@@ -206,6 +206,11 @@ class Settings(BaseSettings):
     onnx_variant: Literal["fp32", "int8"] = "fp32"
     # onnxruntime intra-op threads per process; with more than one, whether they busy-wait.
     onnx_threads: int = Field(1, ge=1, le=64)
+    # The query service's intra-op threads (in place of onnx_threads there): a search encodes one
+    # short query, latency-bound, and a busy replica one coalesced batch; two threads that do not
+    # spin encode a query faster on a replica with a core to spare and cost nothing measurable at
+    # c=16 (docs/benchmarks.md, "Query embed stage: two threads").
+    query_onnx_threads: int = Field(2, ge=1, le=64)
     onnx_spin: bool = False
     # Batches of one embed call (GAAMA_EMBED_BATCH texts each) encoded at once, each on its own
     # thread: how ingest and extraction use more than one core without intra-op threads.

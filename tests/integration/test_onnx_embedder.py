@@ -17,6 +17,7 @@ from gaama.config import load_settings
 from gaama.embed import MiniLMEmbedder, build_embedder
 from gaama.embed_onnx import OnnxMiniLMEmbedder
 from gaama.errors import ConfigError
+from services.query.main import query_embedder_settings
 
 #: Short and long, punctuation, accents and scripts the vocabulary lacks, the empty string, and a
 #: text past the 256-token limit (truncation must match too).
@@ -98,6 +99,19 @@ def test_threads_and_spinning_are_settings_that_do_not_change_vectors(model_dir:
     assert np.allclose(two.embed_sync(TEXTS[:4]), one.embed_sync(TEXTS[:4]), atol=1e-5)
 
 
+def test_the_query_service_encodes_on_its_own_thread_count(model_dir: Path):
+    """The query service's embedder takes GAAMA_QUERY_ONNX_THREADS (2 by default), the
+    pipeline stages' GAAMA_ONNX_THREADS (1) stays theirs; spinning stays off."""
+    settings = load_settings(onnx_model_dir=str(model_dir))
+    query = build_embedder(query_embedder_settings(settings))
+    stage = build_embedder(settings)
+    assert isinstance(query, OnnxMiniLMEmbedder) and isinstance(stage, OnnxMiniLMEmbedder)
+    assert (query.threads, query.spin, stage.threads) == (2, False, 1)
+    three = load_settings(onnx_model_dir=str(model_dir), query_onnx_threads=3, onnx_threads=4)
+    assert build_embedder(query_embedder_settings(three)).threads == 3  # type: ignore[attr-defined]
+    assert three.onnx_threads == 4  # the stages' setting is left as it was
+
+
 def test_batch_lanes_keep_every_row_in_place(model_dir: Path):
     one = OnnxMiniLMEmbedder(model_dir=model_dir, batch_size=2, lanes=1)
     five = OnnxMiniLMEmbedder(model_dir=model_dir, batch_size=2, lanes=5)
@@ -125,6 +139,7 @@ sys.modules["onnx"] = None  # the build tools are not installed (as in the image
 from gaama.config import load_settings
 from gaama.embed import build_embedder
 from gaama.errors import ConfigError
+from services.query.main import query_embedder_settings
 try:
     build_embedder(load_settings()).warm_up()
 except ConfigError as exc:
