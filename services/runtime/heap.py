@@ -2,11 +2,11 @@
 
 CPython's collector scans every container object it tracks; a full (oldest-generation)
 collection scans all of them. A service's heap is mostly what it built at start-up — libraries,
-the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Each full
-collection of that heap took about 100 ms of the event loop's thread in the query service (five
-or six per 600 searches at c=16), a pause every request in flight waits out, and the young
-collections ran every 700 net allocations, a few per search. Both together cost about 1 ms of
-CPU per search (docs/benchmarks.md, "Garbage collection").
+the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Every
+full collection scanned all of it on the event loop's thread, a pause every request in flight
+waits out, and the young collections ran every 700 net allocations, one or more per search.
+Together they cost the query service 0.5–1 ms of CPU per search at c=16 (docs/benchmarks.md,
+"Garbage collection").
 
 After start-up the service calls :func:`settle_heap`: one collection, then ``gc.freeze()`` moves
 every surviving object to a permanent generation that no collection scans; the youngest

@@ -224,8 +224,8 @@ class Settings(BaseSettings):
     # Python's cyclic garbage collector (docs/operations.md, "Garbage collection"): once a
     # service has started, the objects of its start-up (libraries, the model) are frozen out of
     # the collector's scans, and the youngest generation is collected after this many net
-    # container allocations (0: Python's default, 700). Full collections of the start-up heap
-    # cost ~100 ms each and about 1 ms of CPU per search.
+    # container allocations (0: Python's default, 700). Collections of the start-up heap cost
+    # the query service 0.5-1 ms of CPU per search at c=16.
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0, le=10_000_000)
 
