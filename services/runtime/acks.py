@@ -2,27 +2,34 @@
 
 A batch is acknowledged only after its writes are fsynced (``GAAMA_DURABILITY``) and its events
 are accepted by the broker. That finishing step waits mostly on the AOF fsync (up to a second
-with ``appendfsync everysec``), so it runs in the background while the next batch is handled
-(:class:`Behind`): batch N's fsync wait overlaps batch N+1's embedding. The guarantee does not
-change:
+with ``appendfsync everysec``), so it runs in the background while the next batches are handled
+(:class:`Behind`): batch N's fsync wait overlaps the embedding of batch N+1 and, with
+``GAAMA_BATCHES_BEHIND`` above 1, of the batches after it. The guarantee does not change:
 
 - a batch's offsets are acknowledged only by its own finishing step, after its fsync wait
   returned and its events were published (faust's ``take_events`` acknowledges a batch when it
   asks for the next one; :func:`hold` keeps it from doing so);
-- batches finish one at a time, in the order they were taken: batch N+1's finishing step starts
-  only once batch N's has acknowledged it, so events go out in order and a batch is never
-  acknowledged before the one taken before it;
-- at most one batch finishes behind the one being handled, so no more than two batches are
-  unacknowledged at a time;
+- a batch's fsync wait starts as soon as it is handled, whatever is still finishing before it
+  (one fsync then covers every batch written before it); its publication and acknowledgement wait
+  for the batch taken before it to have been acknowledged, so events go out in order and a batch
+  is never acknowledged before the one taken before it;
+- at most ``depth`` batches finish behind the one being handled, so no more than ``depth + 1``
+  batches are unacknowledged at a time;
 - a batch whose finishing step did not complete (cancelled on a rebalance or a stop, abandoned at
-  the shutdown deadline) is never acknowledged, and neither is any batch after it: the broker
-  delivers them again, and the writes are idempotent.
+  the shutdown deadline, failed) is never acknowledged, and neither is any batch after it: the
+  broker delivers them again, and the writes are idempotent.
+
+Why more than one: with ``everysec`` Redis fsyncs about once a second. A batch handled in less
+than that waited, one batch behind, for an fsync of its own, so a quiet machine that embeds a
+batch in 0.9 s ingested at the fsync's pace, not the embedder's (docs/benchmarks.md, "Ingest:
+batches finishing behind"). Two behind let one fsync cover two batches.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import deque
 from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -50,21 +57,29 @@ def acknowledge(consumer: Any, events: list[Any]) -> None:
         consumer.ack(message)
 
 
-class Behind:
-    """The one batch finishing (fsync wait, publication, acknowledgement) behind the batch being
-    handled."""
+class Unfinished(Exception):
+    """The batch before this one was not acknowledged, so this one may not be either."""
 
-    def __init__(self, drain: Drain) -> None:
+
+class Behind:
+    """The batches finishing (fsync wait, publication, acknowledgement) behind the batch being
+    handled, oldest first: at most ``depth`` of them."""
+
+    def __init__(self, drain: Drain, depth: int = 1) -> None:
+        if depth < 1:
+            raise ValueError("depth must be at least 1")
         self.drain = drain
-        self._task: asyncio.Task[bool] | None = None
+        self.depth = depth
+        self._tasks: deque[asyncio.Task[bool]] = deque()
+        self._broken = False  # a batch was not acknowledged: no later one may be
 
     async def settled(self) -> bool:
-        """Wait for the batch finishing behind; False when its finishing step was abandoned or
-        cancelled, so that it is not acknowledged and nothing after it may be. Its error, if it
-        failed, is raised here."""
-        task = self._task
-        if task is None:
-            return True
+        """Wait for the oldest batch finishing behind; False when its finishing step was
+        abandoned, cancelled or could not run (one before it did not finish), so that it is not
+        acknowledged and nothing after it may be. Its error, if it failed, is raised here."""
+        if not self._tasks:
+            return not self._broken
+        task = self._tasks[0]
         try:
             # Shielded: a caller cancelled meanwhile leaves the task to cancel() (still held).
             finished = await asyncio.shield(task)
@@ -72,26 +87,68 @@ class Behind:
             if not task.cancelled():  # this caller was cancelled, not the finishing step
                 raise
             finished = False
+        except Unfinished:
+            finished = False
         except BaseException:
-            self._task = None
+            self._tasks.popleft()
+            self._broken = True
             raise
-        self._task = None
+        self._tasks.popleft()
+        self._broken = self._broken or not finished
         return finished
 
-    def start(self, finish: Coroutine[Any, Any, None]) -> None:
-        """Finish a batch in the background; call after :meth:`settled` returned True."""
-        if self._task is not None:
-            finish.close()
-            raise RuntimeError("a batch is still finishing: await settled() first")
-        self._task = self.drain.follow(finish)
+    def pending(self) -> bool:
+        """Whether a batch is still finishing behind."""
+        return bool(self._tasks)
+
+    async def room(self) -> bool:
+        """Wait until fewer than ``depth`` batches finish behind; False once one of them (or any
+        earlier batch) was not acknowledged: then no further batch may be."""
+        while len(self._tasks) >= self.depth:
+            if not await self.settled():
+                return False
+        return not self._broken
+
+    def start(self, wait: Coroutine[Any, Any, None], finish: Callable[[], Awaitable[None]]) -> None:
+        """Finish a batch in the background: ``wait`` (its fsync wait) at once, then, once the
+        batch before it is acknowledged, ``finish`` (publication and acknowledgement). Call
+        after :meth:`room` returned True."""
+        if len(self._tasks) >= self.depth:
+            wait.close()
+            raise RuntimeError("too many batches finishing: await room() first")
+        before = self._tasks[-1] if self._tasks else None
+        self._tasks.append(self.drain.follow(self._finish(before, wait, finish)))
+
+    @staticmethod
+    async def _finish(
+        before: asyncio.Task[bool] | None,
+        wait: Coroutine[Any, Any, None],
+        finish: Callable[[], Awaitable[None]],
+    ) -> None:
+        await wait
+        if before is not None:
+            try:
+                finished = await asyncio.shield(before)
+            except asyncio.CancelledError:
+                if not before.cancelled():
+                    raise  # this batch's own step was cancelled
+                finished = False
+            except BaseException as exc:  # the batch before failed: so does this one
+                raise Unfinished("the batch before it failed") from exc
+            if not finished:
+                raise Unfinished("the batch before it was not acknowledged")
+        await finish()
 
     async def cancel(self) -> None:
-        """Cancel the batch finishing behind, if any (its offsets stay unacknowledged), and wait
-        until it has stopped."""
-        task, self._task = self._task, None
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+        """Cancel every batch finishing behind (their offsets stay unacknowledged), and wait
+        until they have stopped."""
+        tasks, self._tasks = list(self._tasks), deque()
+        self._broken = self._broken or bool(tasks)
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
 
 
@@ -99,19 +156,22 @@ async def run_batches(
     batches: AsyncIterable[list[Any]],
     drain: Drain,
     handle: Callable[[list[Any]], Awaitable[R]],
+    wait: Callable[[list[Any], R], Coroutine[Any, Any, None]],
     finish: Callable[[list[Any], R], Awaitable[None]],
     ack: Callable[[list[Any]], None],
+    depth: int = 1,
 ) -> None:
     """Consume ``batches`` (faust's ``take_events``): each is held, handled (``handle``, under
-    ``drain``), then finished (``finish``: the fsync wait and publication) and acknowledged
-    (``ack``) behind the next batch's handling, in order, as the module docstring says."""
-    behind = Behind(drain)
+    ``drain``), then waited for (``wait``: the fsync wait), finished (``finish``: publication)
+    and acknowledged (``ack``) behind the handling of the next ones, up to ``depth`` batches
+    behind, in order, as the module docstring says."""
+    behind = Behind(drain, depth)
 
     async def one(events: list[Any]) -> None:
         result = await handle(events)
-        # The batch before this one finishes first, and only if it finished may this one.
-        if await behind.settled():
-            behind.start(done(events, result))
+        # Only if every batch before this one finished may this one.
+        if await behind.room():
+            behind.start(wait(events, result), lambda: done(events, result))
 
     async def done(events: list[Any], result: R) -> None:
         await finish(events, result)
@@ -123,5 +183,8 @@ async def run_batches(
             # next owner of the partition gets the batch again.
             hold(events)
             await drain.run(one(events))
+        # The input ended (faust's stream does not, short of a stop): finish what is behind.
+        while behind.pending() and await behind.settled():
+            pass
     finally:  # faust stopping or restarting the agent
         await behind.cancel()

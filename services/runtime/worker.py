@@ -9,8 +9,8 @@ process's signals, so SIGTERM stops the consumer and the HTTP server in one orde
 The handlers never see faust: they take :class:`Record` batches and return events to publish.
 The agent here waits for the batch's writes to be fsynced, publishes the events, then
 acknowledges the batch, so offsets are committed only after Redis holds the writes on disk and
-the broker holds the events (at-least-once); that finishing step runs while the next batch is
-handled (:mod:`services.runtime.acks`).
+the broker holds the events (at-least-once); that finishing step runs while the next batches
+are handled (:mod:`services.runtime.acks`).
 """
 
 from __future__ import annotations
@@ -194,8 +194,10 @@ def consume(
             stream.take_events(batch_size, within=window_s),
             drain,
             handle,
+            wait,
             finish,
             lambda events: acknowledge(app.consumer, events),
+            settings.batches_behind,
         )
 
     async def handle(events: list[Any]) -> tuple[BatchResult, float]:
@@ -223,12 +225,15 @@ def consume(
         )
         return result, t0
 
-    async def finish(events: list[Any], handled: tuple[BatchResult, float]) -> None:
-        result, t0 = handled
+    async def wait(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # Durable before acknowledged: the batch's writes are fsynced before its events go
-        # out and its offsets can be committed (an outage here is retried like any other);
-        # run_batches acknowledges the batch after this returns.
+        # out and its offsets can be committed (an outage here is retried like any other).
         await _wait_durable(durable, settings, metrics, outage)
+
+    async def finish(events: list[Any], handled: tuple[BatchResult, float]) -> None:
+        # After this batch's fsync wait and the previous batch's acknowledgement; run_batches
+        # acknowledges the batch after this returns.
+        result, t0 = handled
         await publisher.publish(result, source_base)
         stall.ok("batch")
         for kind, n in result.stored.items():

@@ -195,6 +195,9 @@ class Settings(BaseSettings):
     durability: Literal["none", "aof", "replicas"] = "aof"
     durability_replicas: int = Field(1, ge=1, le=16)
     durability_timeout_s: float = Field(5.0, gt=0, le=120)
+    # How many handled batches may be finishing (fsync wait, publication, acknowledgement) while
+    # the next one is handled; at most this + 1 batches of a consumer are unacknowledged.
+    batches_behind: int = Field(2, ge=1, le=8)
 
     # --- embeddings --------------------------------------------------------------------------
     # onnx: all-MiniLM-L6-v2 on ONNX Runtime (no torch); minilm-torch: the same model on

@@ -1,6 +1,7 @@
 """Pipelined acknowledgement (services.runtime.acks.run_batches): a batch is acknowledged only
-after its own fsync wait returned, in the order batches were taken, while the next batch is
-handled; a batch whose finishing step did not complete is never acknowledged, nor any after it.
+after its own fsync wait returned, in the order batches were taken, while the next batches are
+handled (up to ``depth`` behind); a batch whose finishing step did not complete is never
+acknowledged, nor any after it.
 
 The steps are driven by events, not timing: a run that finished each batch before handling the
 next would wait forever for the next batch's handling (each wait is bounded by GUARD_S so that
@@ -59,6 +60,17 @@ def acker(log: list[tuple[str, int]]):
     return ack
 
 
+async def _nothing(events: list[Ev], b: int) -> None:
+    pass
+
+
+def logged_publish(log: list[tuple[str, int]]):
+    async def publish(events: list[Ev], b: int) -> None:
+        log.append(("publish", b))
+
+    return publish
+
+
 async def test_acknowledged_after_its_own_fsync_in_order_while_the_next_is_handled():
     log: list[tuple[str, int]] = []
     handled = [asyncio.Event() for _ in range(4)]
@@ -68,7 +80,7 @@ async def test_acknowledged_after_its_own_fsync_in_order_while_the_next_is_handl
         handled[events[0].batch].set()
         return events[0].batch
 
-    async def finish(events: list[Ev], b: int) -> None:
+    async def fsync(events: list[Ev], b: int) -> None:
         log.append(("fsync-wait", b))
         if b + 1 < len(handled):  # the fsync returns only once the next batch is handled
             await handled[b + 1].wait()
@@ -76,7 +88,8 @@ async def test_acknowledged_after_its_own_fsync_in_order_while_the_next_is_handl
 
     drain = Drain(30)
     await asyncio.wait_for(
-        run_batches(take_events(4, log), drain, handle, finish, acker(log)), GUARD_S
+        run_batches(take_events(4, log), drain, handle, fsync, logged_publish(log), acker(log)),
+        GUARD_S,
     )
     await asyncio.wait_for(drain.settle(), GUARD_S)  # the last batch finishes behind the loop
 
@@ -84,12 +97,83 @@ async def test_acknowledged_after_its_own_fsync_in_order_while_the_next_is_handl
     acks = [b for step, b in log if step == "ack"]
     assert acks == [0, 1, 2, 3]
     for b in range(4):
-        assert log.index(("fsync-returned", b)) < log.index(("ack", b))
+        assert log.index(("handled", b)) < log.index(("fsync-wait", b))
+        assert log.index(("fsync-returned", b)) < log.index(("publish", b))
+        assert log.index(("publish", b)) < log.index(("ack", b))
         if b:
-            assert log.index(("ack", b - 1)) < log.index(("fsync-wait", b))
+            assert log.index(("ack", b - 1)) < log.index(("publish", b))
     # batch 1 was handled while batch 0 waited for its fsync
     assert log.index(("fsync-wait", 0)) < log.index(("handled", 1))
     assert log.index(("handled", 1)) < log.index(("fsync-returned", 0))
+
+
+async def test_two_behind_one_fsync_covers_two_batches():
+    """With depth 2, batch 2 is handled while batches 0 and 1 both wait for their fsync, and
+    their waits run at once (as one fsync of Redis covers both). With depth 1 the handling of
+    batch 2 waits for batch 0's fsync, which here waits for batch 2: the run would hang."""
+    log: list[tuple[str, int]] = []
+    handled = [asyncio.Event() for _ in range(5)]
+    waiting = [asyncio.Event() for _ in range(5)]
+
+    async def handle(events: list[Ev]) -> int:
+        b = events[0].batch
+        log.append(("handled", b))
+        handled[b].set()
+        return b
+
+    async def fsync(events: list[Ev], b: int) -> None:
+        log.append(("fsync-wait", b))
+        waiting[b].set()
+        if b + 2 < len(handled):  # returns only once two more batches are handled
+            await handled[b + 2].wait()
+        if b % 2 == 0 and b + 1 < len(waiting):
+            await waiting[b + 1].wait()  # an even batch's wait overlaps the next batch's
+        log.append(("fsync-returned", b))
+
+    drain = Drain(30)
+    await asyncio.wait_for(
+        run_batches(
+            take_events(5, log), drain, handle, fsync, logged_publish(log), acker(log), depth=2
+        ),
+        GUARD_S,
+    )
+    await asyncio.wait_for(drain.settle(), GUARD_S)
+    assert [b for step, b in log if step == "ack"] == [0, 1, 2, 3, 4]
+    assert all(step != "faust-ack" for step, _ in log)
+    for b in range(1, 5):
+        assert log.index(("ack", b - 1)) < log.index(("publish", b))
+        assert log.index(("fsync-returned", b)) < log.index(("ack", b))
+    assert log.index(("handled", 2)) < log.index(("fsync-returned", 0))
+    assert log.index(("fsync-wait", 1)) < log.index(("fsync-returned", 0))
+
+
+async def test_never_more_than_depth_behind():
+    """A batch whose fsync never returns: depth 2 lets two more batches be handled, then the
+    consumer takes no batch until it returns, and nothing is acknowledged."""
+    log: list[tuple[str, int]] = []
+    third = asyncio.Event()
+
+    async def handle(events: list[Ev]) -> int:
+        log.append(("handled", events[0].batch))
+        if events[0].batch == 2:
+            third.set()
+        return events[0].batch
+
+    async def fsync(events: list[Ev], b: int) -> None:
+        if b == 0:
+            await asyncio.Event().wait()
+
+    run = asyncio.create_task(
+        run_batches(take_events(6, log), Drain(30), handle, fsync, _nothing, acker(log), depth=2)
+    )
+    await asyncio.wait_for(third.wait(), GUARD_S)
+    for _ in range(20):  # let the loop run: batch 3 must not be taken
+        await asyncio.sleep(0)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    assert [b for step, b in log if step == "handled"] == [0, 1, 2]
+    assert [s for s in log if s[0] in ("ack", "faust-ack")] == []
 
 
 async def test_an_abandoned_finish_leaves_its_batch_and_the_next_unacknowledged():
@@ -107,7 +191,9 @@ async def test_an_abandoned_finish_leaves_its_batch_and_the_next_unacknowledged(
     async def finish(events: list[Ev], b: int) -> None:
         await asyncio.Event().wait()  # an fsync that never returns
 
-    run = asyncio.create_task(run_batches(take_events(3, log), drain, handle, finish, acker(log)))
+    run = asyncio.create_task(
+        run_batches(take_events(3, log), drain, handle, finish, _nothing, acker(log))
+    )
     await asyncio.wait_for(second.wait(), GUARD_S)
     drain.begin()  # SIGTERM
     clock.now += 30  # past the batch deadline
@@ -137,7 +223,7 @@ async def test_cancelling_the_agent_cancels_the_finish_behind_it():
         yield [Ev(1)]  # pragma: no cover
 
     run = asyncio.create_task(
-        run_batches(one_batch_then_wait(), Drain(30), handle, finish, acker(log))
+        run_batches(one_batch_then_wait(), Drain(30), handle, finish, _nothing, acker(log))
     )
     await asyncio.wait_for(waiting.wait(), GUARD_S)
     run.cancel()  # faust stopping the agent, or restarting it on a rebalance
@@ -146,7 +232,8 @@ async def test_cancelling_the_agent_cancels_the_finish_behind_it():
     assert log == [("finish-stopped", 0)]  # stopped, never acknowledged
 
 
-async def test_a_failed_finish_fails_the_next_batch_and_acknowledges_neither():
+@pytest.mark.parametrize("depth", [1, 2])
+async def test_a_failed_finish_fails_the_next_batch_and_acknowledges_neither(depth: int):
     log: list[tuple[str, int]] = []
 
     async def handle(events: list[Ev]) -> int:
@@ -157,6 +244,9 @@ async def test_a_failed_finish_fails_the_next_batch_and_acknowledges_neither():
 
     with pytest.raises(RuntimeError, match="refused"):
         await asyncio.wait_for(
-            run_batches(take_events(3, log), Drain(30), handle, finish, acker(log)), GUARD_S
+            run_batches(
+                take_events(3, log), Drain(30), handle, _nothing, finish, acker(log), depth
+            ),
+            GUARD_S,
         )
     assert [s for s in log if s[0] in ("ack", "faust-ack")] == []
