@@ -9,7 +9,10 @@ idempotent, and a crash between the write and the publish must not lose the even
 
 from __future__ import annotations
 
+import logging
+import traceback
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,7 +23,7 @@ from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.episodes import episode_node, episode_stored
-from gaama.errors import ValidationError
+from gaama.errors import GaamaError, StoreUnavailable, ValidationError
 from gaama.events import (
     CAPTION_MAX,
     SPEAKER_MAX,
@@ -37,11 +40,14 @@ from gaama.model import Node
 from gaama.store.graph import GraphStore
 from services.runtime.records import (
     BatchResult,
+    Failure,
     Outgoing,
     Record,
     decoded,
     forgetting_not_wired,
 )
+
+log = logging.getLogger("gaama.ingest")
 
 
 @dataclass
@@ -50,6 +56,9 @@ class IngestDeps:
     graph: GraphStore
     embedder: Embedder
     forgetting: Forgetting | None = None
+    # Leave the episode appends (and a forget's cut, which must follow them) to the runtime,
+    # which makes them behind the next batch's embedding, in batch order (BatchResult.writes).
+    defer_writes: bool = False
 
 
 def record_max_bytes(settings: Settings) -> int:
@@ -85,7 +94,10 @@ def validate_turn(record: Record, settings: Settings) -> TurnReceived | ForgetRe
 
 async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
     """Store a batch of turns in arrival order (which is turn order per conversation). A forget
-    request splits the batch: the turns before it are stored first, then its cut is taken."""
+    request splits the batch: the turns before it are stored first, then its cut is taken.
+
+    With ``deps.defer_writes`` the appends and cuts are left, in that order, in
+    ``result.writes`` (the existence check and the embedding are done here)."""
     result = BatchResult()
     turns: list[tuple[Record, TurnReceived]] = []
     for record, event in decoded(batch, result, lambda r: validate_turn(r, deps.settings)):
@@ -95,7 +107,10 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
             if deps.forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
                 continue
-            await deps.forgetting.at_ingest(event)
+            if deps.defer_writes:
+                result.writes.append(partial(deps.forgetting.at_ingest, event))
+            else:
+                await deps.forgetting.at_ingest(event)
             result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))
         else:
             turns.append((record, event))
@@ -120,16 +135,52 @@ async def _store(
             nodes[i].vector = vectors[row].tolist()
     # Turns whose node exists (a redelivery) are left out; the rest in arrival order.
     new = [n for n in nodes if n.vector is not None]
-    if new:
-        result.stored["episode"] += sum(await deps.graph.append_episodes(new))
-    for (_, turn), node in zip(turns, nodes, strict=True):
-        result.out.append(
-            Outgoing(
-                TOPIC_EPISODES,
-                conversation_key(turn.tenant, turn.conversation),
-                episode_stored(turn, node),
-            )
+    events = {
+        node.id: Outgoing(
+            TOPIC_EPISODES,
+            conversation_key(turn.tenant, turn.conversation),
+            episode_stored(turn, node),
         )
+        for (_, turn), node in zip(turns, nodes, strict=True)
+    }
+    result.out += events.values()
+    if not new:
+        return
+    if not deps.defer_writes:
+        result.stored["episode"] += sum(await deps.graph.append_episodes(new))
+        return
+    records = {node.id: record for (record, _), node in zip(turns, nodes, strict=True)}
+
+    async def append() -> None:
+        try:
+            result.stored["episode"] += sum(await deps.graph.append_episodes(new))
+        except StoreUnavailable:
+            raise  # retried by the runtime
+        except Exception:  # noqa: BLE001 - narrowed down below, as the runtime's policy does
+            log.warning("appending %d episodes failed; appending them one by one", len(new))
+            for node in new:
+                failure = await _append_one(deps.graph, node, records[node.id])
+                if failure is None:
+                    continue
+                result.failed.append(failure)
+                result.out.remove(events[node.id])  # not stored: nothing to announce
+
+    result.writes.append(append)
+
+
+async def _append_one(graph: GraphStore, node: Node, record: Record) -> Failure | None:
+    """Append one episode; the failure to dead-letter when it cannot be (an outage raises)."""
+    try:
+        await graph.append_episodes([node])
+    except StoreUnavailable:
+        raise
+    except GaamaError as exc:
+        return Failure(record, exc.reason, str(exc))
+    except Exception as exc:  # dead-lettered with the reason, never lost silently
+        log.exception("appending episode %s failed", node.id)
+        detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        return Failure(record, "error", detail)
+    return None
 
 
 async def _existing(graph: GraphStore, nodes: list[Node]) -> set[str]:

@@ -9,10 +9,12 @@ with ``appendfsync everysec``), so it runs in the background while the next batc
 - a batch's offsets are acknowledged only by its own finishing step, after its fsync wait
   returned and its events were published (faust's ``take_events`` acknowledges a batch when it
   asks for the next one; :func:`hold` keeps it from doing so);
-- a batch's fsync wait starts as soon as it is handled, whatever is still finishing before it
-  (one fsync then covers every batch written before it); its publication and acknowledgement wait
-  for the batch taken before it to have been acknowledged, so events go out in order and a batch
-  is never acknowledged before the one taken before it;
+- a batch's deferred writes (``write``: ingest's episode appends, which need no reply before
+  the next batch is embedded) run once the batch taken before it has written its own, so writes
+  land in the order batches were taken; its fsync wait starts as soon as they are done, whatever
+  is still finishing before it (one fsync then covers every batch written before it); its
+  publication and acknowledgement wait for the batch taken before it to have been acknowledged,
+  so events go out in order and a batch is never acknowledged before the one taken before it;
 - at most ``depth`` batches finish behind the one being handled, so no more than ``depth + 1``
   batches are unacknowledged at a time;
 - a batch whose finishing step did not complete (cancelled on a rebalance or a stop, abandoned at
@@ -30,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import AsyncIterable, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterable, Awaitable, Callable
 from typing import Any, TypeVar
 
 from services.runtime.shutdown import Drain
@@ -61,25 +63,39 @@ class Unfinished(Exception):
     """The batch before this one was not acknowledged, so this one may not be either."""
 
 
+class _Finishing:
+    """One batch finishing behind: ``written`` resolves once its deferred writes are done (False
+    when they never will be), ``outcome`` once it is acknowledged (False: abandoned)."""
+
+    def __init__(self, written: asyncio.Future[bool]) -> None:
+        self.written = written
+        self.outcome: asyncio.Task[bool] | asyncio.Future[bool] | None = None
+
+
 class Behind:
-    """The batches finishing (fsync wait, publication, acknowledgement) behind the batch being
-    handled, oldest first: at most ``depth`` of them."""
+    """The batches finishing (deferred writes, fsync wait, publication, acknowledgement) behind
+    the batch being handled, oldest first: at most ``depth`` of them."""
 
     def __init__(self, drain: Drain, depth: int = 1) -> None:
         if depth < 1:
             raise ValueError("depth must be at least 1")
         self.drain = drain
         self.depth = depth
-        self._tasks: deque[asyncio.Task[bool]] = deque()
+        self._batches: deque[_Finishing] = deque()
         self._broken = False  # a batch was not acknowledged: no later one may be
+
+    def pending(self) -> bool:
+        """Whether a batch is still finishing behind."""
+        return bool(self._batches)
 
     async def settled(self) -> bool:
         """Wait for the oldest batch finishing behind; False when its finishing step was
         abandoned, cancelled or could not run (one before it did not finish), so that it is not
         acknowledged and nothing after it may be. Its error, if it failed, is raised here."""
-        if not self._tasks:
+        if not self._batches:
             return not self._broken
-        task = self._tasks[0]
+        task = self._batches[0].outcome
+        assert task is not None
         try:
             # Shielded: a caller cancelled meanwhile leaves the task to cancel() (still held).
             finished = await asyncio.shield(task)
@@ -90,60 +106,67 @@ class Behind:
         except Unfinished:
             finished = False
         except BaseException:
-            self._tasks.popleft()
+            self._batches.popleft()
             self._broken = True
             raise
-        self._tasks.popleft()
+        self._batches.popleft()
         self._broken = self._broken or not finished
         return finished
-
-    def pending(self) -> bool:
-        """Whether a batch is still finishing behind."""
-        return bool(self._tasks)
 
     async def room(self) -> bool:
         """Wait until fewer than ``depth`` batches finish behind; False once one of them (or any
         earlier batch) was not acknowledged: then no further batch may be."""
-        while len(self._tasks) >= self.depth:
+        while len(self._batches) >= self.depth:
             if not await self.settled():
                 return False
         return not self._broken
 
-    def start(self, wait: Coroutine[Any, Any, None], finish: Callable[[], Awaitable[None]]) -> None:
-        """Finish a batch in the background: ``wait`` (its fsync wait) at once, then, once the
-        batch before it is acknowledged, ``finish`` (publication and acknowledgement). Call
-        after :meth:`room` returned True."""
-        if len(self._tasks) >= self.depth:
-            wait.close()
+    def start(
+        self,
+        write: Callable[[], Awaitable[None]],
+        wait: Callable[[], Awaitable[None]],
+        finish: Callable[[], Awaitable[None]],
+    ) -> None:
+        """Finish a batch in the background: ``write`` (its deferred writes) once the batch
+        before it has written, then ``wait`` (its fsync wait), then, once the batch before it is
+        acknowledged, ``finish`` (publication and acknowledgement). Call after :meth:`room`
+        returned True."""
+        if len(self._batches) >= self.depth:
             raise RuntimeError("too many batches finishing: await room() first")
-        before = self._tasks[-1] if self._tasks else None
-        self._tasks.append(self.drain.follow(self._finish(before, wait, finish)))
+        before = self._batches[-1] if self._batches else None
+        me = _Finishing(asyncio.get_running_loop().create_future())
+        me.outcome = self.drain.follow(self._finish(before, me, write, wait, finish))
+        self._batches.append(me)
 
     @staticmethod
     async def _finish(
-        before: asyncio.Task[bool] | None,
-        wait: Coroutine[Any, Any, None],
+        before: _Finishing | None,
+        me: _Finishing,
+        write: Callable[[], Awaitable[None]],
+        wait: Callable[[], Awaitable[None]],
         finish: Callable[[], Awaitable[None]],
     ) -> None:
-        await wait
+        try:
+            if before is not None and not await _ok(before.written):
+                raise Unfinished("the batch before it did not write")
+            await write()
+        except BaseException:
+            me.written.set_result(False)
+            raise
+        me.written.set_result(True)
+        await wait()
         if before is not None:
-            try:
-                finished = await asyncio.shield(before)
-            except asyncio.CancelledError:
-                if not before.cancelled():
-                    raise  # this batch's own step was cancelled
-                finished = False
-            except BaseException as exc:  # the batch before failed: so does this one
-                raise Unfinished("the batch before it failed") from exc
-            if not finished:
+            assert before.outcome is not None
+            if not await _ok(before.outcome):
                 raise Unfinished("the batch before it was not acknowledged")
         await finish()
 
     async def cancel(self) -> None:
         """Cancel every batch finishing behind (their offsets stay unacknowledged), and wait
         until they have stopped."""
-        tasks, self._tasks = list(self._tasks), deque()
-        self._broken = self._broken or bool(tasks)
+        batches, self._batches = list(self._batches), deque()
+        self._broken = self._broken or bool(batches)
+        tasks = [b.outcome for b in batches if b.outcome is not None]
         for task in tasks:
             if not task.done():
                 task.cancel()
@@ -152,26 +175,45 @@ class Behind:
                 await task
 
 
+async def _ok(step: asyncio.Future[bool]) -> bool:
+    """Whether an earlier batch's step (its writes, its acknowledgement) completed; False when it
+    failed, was cancelled or abandoned (its error is raised to the consumer by
+    :meth:`Behind.settled`, not here)."""
+    try:
+        return await asyncio.shield(step)
+    except asyncio.CancelledError:
+        if not step.cancelled():
+            raise  # this batch's own step was cancelled
+        return False
+    except Exception:  # noqa: BLE001 - the earlier batch's failure, raised where it is settled
+        return False
+
+
 async def run_batches(
     batches: AsyncIterable[list[Any]],
     drain: Drain,
     handle: Callable[[list[Any]], Awaitable[R]],
-    wait: Callable[[list[Any], R], Coroutine[Any, Any, None]],
+    wait: Callable[[list[Any], R], Awaitable[None]],
     finish: Callable[[list[Any], R], Awaitable[None]],
     ack: Callable[[list[Any]], None],
     depth: int = 1,
+    write: Callable[[list[Any], R], Awaitable[None]] | None = None,
 ) -> None:
     """Consume ``batches`` (faust's ``take_events``): each is held, handled (``handle``, under
-    ``drain``), then waited for (``wait``: the fsync wait), finished (``finish``: publication)
-    and acknowledged (``ack``) behind the handling of the next ones, up to ``depth`` batches
-    behind, in order, as the module docstring says."""
+    ``drain``), then its deferred writes made (``write``), waited for (``wait``: the fsync
+    wait), finished (``finish``: publication) and acknowledged (``ack``) behind the handling of
+    the next ones, up to ``depth`` batches behind, in order, as the module docstring says."""
     behind = Behind(drain, depth)
 
     async def one(events: list[Any]) -> None:
         result = await handle(events)
         # Only if every batch before this one finished may this one.
         if await behind.room():
-            behind.start(wait(events, result), lambda: done(events, result))
+            behind.start(
+                lambda: write(events, result) if write is not None else _nothing(),
+                lambda: wait(events, result),
+                lambda: done(events, result),
+            )
 
     async def done(events: list[Any], result: R) -> None:
         await finish(events, result)
@@ -188,3 +230,7 @@ async def run_batches(
             pass
     finally:  # faust stopping or restarting the agent
         await behind.cancel()
+
+
+async def _nothing() -> None:
+    return None

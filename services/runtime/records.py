@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -48,11 +48,15 @@ class BatchResult:
     out: list[Outgoing] = field(default_factory=list)
     failed: list[Failure] = field(default_factory=list)
     stored: Counter[str] = field(default_factory=Counter)  # node kind -> nodes written
+    # Writes the handler left to the runtime, in order: made once the batch before has made
+    # its own, while the next batch is handled (services.runtime.acks); each is idempotent.
+    writes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
     def merge(self, other: BatchResult) -> None:
         self.out += other.out
         self.failed += other.failed
         self.stored.update(other.stored)
+        self.writes += other.writes
 
 
 def decoded(

@@ -19,7 +19,7 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -198,6 +198,7 @@ def consume(
             finish,
             lambda events: acknowledge(app.consumer, events),
             settings.batches_behind,
+            write,
         )
 
     async def handle(events: list[Any]) -> tuple[BatchResult, float]:
@@ -224,6 +225,12 @@ def consume(
             on_outage=outage,
         )
         return result, t0
+
+    async def write(events: list[Any], handled: tuple[BatchResult, float]) -> None:
+        # The writes the handler deferred, in order, after the previous batch's; an outage is
+        # retried like the fsync wait's (each write is idempotent).
+        for deferred in handled[0].writes:
+            await _retry_outages(deferred, settings, metrics, outage, "deferred write")
 
     async def wait(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # Durable before acknowledged: the batch's writes are fsynced before its events go
@@ -327,17 +334,28 @@ async def _wait_durable(
 ) -> None:
     """Wait for the fsync; an outage or a slow fsync is retried without limit, like any outage
     (the batch is not acknowledged meanwhile, so nothing is lost either way)."""
+    await _retry_outages(durable.wait, settings, metrics, outage, "durability not confirmed")
+
+
+async def _retry_outages(
+    step: Callable[[], Awaitable[None]],
+    settings: Settings,
+    metrics: StageMetrics,
+    outage: Callable[[GaamaError], None],
+    what: str,
+) -> None:
+    """Run ``step`` until it succeeds, retrying a Redis outage without limit with backoff."""
     attempt = 0
     while True:
         try:
-            await durable.wait()
+            await step()
             return
         except StoreUnavailable as exc:
             attempt += 1
             metrics.retries.inc()
             outage(exc)
             delay = backoff_delay(attempt, settings.retry_backoff_s)
-            log.warning("durability not confirmed (%s); retrying in %.1fs", exc, delay)
+            log.warning("%s (%s); retrying in %.1fs", what, exc, delay)
             await asyncio.sleep(delay)
 
 

@@ -11,7 +11,6 @@ from gaama.llm.client import LLMClient
 from gaama.llm.extractor import LLMExtractor
 from gaama.store.chunks import ChunkStore
 from services.extract import handlers as extract
-from services.ingest import handlers as ingest
 from tests.component.test_forget_cascade import C1, as_records, turns
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support.stream import Stream, _records
@@ -37,7 +36,7 @@ async def _closes(settings, graph, index, embedder, concurrency: int) -> tuple[i
         records = []
         for c in range(CONVERSATIONS):  # each conversation's last turn ends its session
             records += as_records(turns("acme", f"conv-{c}", C1))
-        episodes = await ingest.handle(records, stream.ingest_deps)
+        episodes = await stream.ingest(records)
         async with LLMClient(s) as client:
             pipeline = ExtractionPipeline(
                 ExtractDeps(

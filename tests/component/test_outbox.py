@@ -25,9 +25,8 @@ pytestmark = pytest.mark.requires_stack
 
 async def _extract_only(stream: Stream, records) -> list:
     """Ingest and extract, then 'crash' before the facts events are published."""
-    from services.ingest import handlers as ingest
 
-    r1 = await ingest.handle(records, stream.ingest_deps)
+    r1 = await stream.ingest(records)
     r2 = await extract.handle(_records(r1.out), stream.extract, stream.forgetting)
     return r2.out
 

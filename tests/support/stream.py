@@ -52,14 +52,23 @@ class Stream:
             ExtractDeps(s, g, i, self.chunks, e, ex, outbox=self.outbox)
         )
         self.reflect = ReflectionPipeline(ReflectDeps(s, g, i, e, ex, outbox=self.outbox))
-        self.ingest_deps = ingest.IngestDeps(s, g, e, forgetting=self.forgetting)
+        # As the service runs it: appends and cuts left to the runtime, made before the next
+        # stage sees the batch's events.
+        self.ingest_deps = ingest.IngestDeps(s, g, e, forgetting=self.forgetting, defer_writes=True)
 
     def _check(self, result: BatchResult) -> None:
         self.failures += [f"{f.reason}: {f.error}" for f in result.failed]
 
+    async def ingest(self, records: list[Record]) -> BatchResult:
+        """One ingest batch, its deferred writes made as the runtime makes them."""
+        result = await ingest.handle(records, self.ingest_deps)
+        for write in result.writes:
+            await write()
+        return result
+
     async def run(self, records: list[Record]) -> None:
         """Every record through all three stages, stage by stage (a batch each)."""
-        r1 = await ingest.handle(records, self.ingest_deps)
+        r1 = await self.ingest(records)
         self._check(r1)
         r2 = await extract.handle(_records(r1.out), self.extract, self.forgetting)
         self._check(r2)

@@ -250,3 +250,78 @@ async def test_a_failed_finish_fails_the_next_batch_and_acknowledges_neither(dep
             GUARD_S,
         )
     assert [s for s in log if s[0] in ("ack", "faust-ack")] == []
+
+
+async def test_deferred_writes_land_in_batch_order_before_the_fsync_wait():
+    """A batch's deferred writes start only once the batch before it has made its own (here the
+    writes of batch 0 are held until batch 2 is handled), its fsync wait only after them; the
+    next batches are handled meanwhile."""
+    log: list[tuple[str, int]] = []
+    handled = [asyncio.Event() for _ in range(4)]
+
+    async def handle(events: list[Ev]) -> int:
+        b = events[0].batch
+        log.append(("handled", b))
+        handled[b].set()
+        return b
+
+    async def write(events: list[Ev], b: int) -> None:
+        log.append(("write", b))
+        if b == 0:
+            await handled[2].wait()
+        log.append(("written", b))
+
+    async def fsync(events: list[Ev], b: int) -> None:
+        log.append(("fsync-wait", b))
+
+    drain = Drain(30)
+    await asyncio.wait_for(
+        run_batches(
+            take_events(4, log),
+            drain,
+            handle,
+            fsync,
+            logged_publish(log),
+            acker(log),
+            depth=2,
+            write=write,
+        ),
+        GUARD_S,
+    )
+    await asyncio.wait_for(drain.settle(), GUARD_S)
+    assert [b for step, b in log if step == "write"] == [0, 1, 2, 3]
+    assert [b for step, b in log if step == "ack"] == [0, 1, 2, 3]
+    for b in range(4):
+        assert log.index(("written", b)) < log.index(("fsync-wait", b))
+        if b:
+            assert log.index(("written", b - 1)) < log.index(("write", b))
+    assert log.index(("handled", 2)) < log.index(("written", 0))
+
+
+async def test_a_failed_write_stops_every_later_batch_from_writing():
+    log: list[tuple[str, int]] = []
+
+    async def handle(events: list[Ev]) -> int:
+        return events[0].batch
+
+    async def write(events: list[Ev], b: int) -> None:
+        log.append(("write", b))
+        if b == 0:
+            raise RuntimeError("a bug in a deferred write")
+
+    with pytest.raises(RuntimeError, match="deferred write"):
+        await asyncio.wait_for(
+            run_batches(
+                take_events(4, log),
+                Drain(30),
+                handle,
+                _nothing,
+                _nothing,
+                acker(log),
+                depth=2,
+                write=write,
+            ),
+            GUARD_S,
+        )
+    assert [b for step, b in log if step == "write"] == [0]
+    assert [s for s in log if s[0] in ("ack", "faust-ack")] == []
