@@ -208,7 +208,10 @@ class Retriever:
                 conversation=conversation,
                 fields=_SHOWN,
             )
-            hits, matches, ref = await asyncio.gather(knn, lexical, latest)
+            # The full-text search goes first: its first round trip (the tenant's text version)
+            # is answered before the KNN search holds the server, and the next one is built
+            # while the KNN search runs.
+            matches, hits, ref = await asyncio.gather(lexical, knn, latest)
         else:
             hits, ref = await asyncio.gather(knn, latest)
             matches = []

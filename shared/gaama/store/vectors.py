@@ -36,7 +36,7 @@ from redisvl.index import AsyncSearchIndex
 from gaama import ids
 from gaama.errors import StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store import cluster, fulltext
+from gaama.store import cluster, fulltext, scripts
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
@@ -78,6 +78,7 @@ _DIST = "dist"  # the KNN distance's name in a search reply
 #: slowly and the choice tolerates an error of a factor of two.
 SIZE_TTL_S = 30.0
 _SIZES_MAX = 10_000  # tenants whose size is remembered at once
+_BATCH = 1000  # hashes read per script call: bounds the time one call holds the server
 
 
 class VectorIndex(IndexReads):
@@ -107,6 +108,7 @@ class VectorIndex(IndexReads):
             self._nodes = NodeIndexes(redis, name, self.keys, self._create)
         self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
         self._counts = fulltext.Counts()
+        self._batched = scripts.register(redis, "batched_read.lua")
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -224,18 +226,25 @@ class VectorIndex(IndexReads):
         async def run(tails: list[list[Any]]) -> list[list[Any]]:
             return await self._execute_all(tenant, tails)
 
-        async def texts(keys: list[str]) -> list[str]:
-            return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
-
-        best = await fulltext.search(
-            run, texts, str(flt), words, k, self._counts, await self._text_version(tenant)
-        )
+        # The candidates' texts are read with every field a hit returns: the best of them are
+        # among the candidates, so no read follows the scoring.
         names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
-        rows = await self._hashes_fields([key for key, _ in best], names)
-        scored = [
-            (key, {f: v for f, v in zip(names, row, strict=True) if v is not None}, score)
-            for (key, score), row in zip(best, rows, strict=True)
-        ]
+        read = [LEXICAL_FIELD, *(f for f in names if f != LEXICAL_FIELD)]
+        candidates: dict[str, list[Any]] = {}
+
+        async def texts(keys: list[str]) -> list[str]:
+            rows = await self._hashes_fields(keys, read)
+            candidates.update(zip(keys, rows, strict=True))
+            return [as_text(row[0] or b"") for row in rows]
+
+        async def version() -> tuple[str, str] | None:
+            return await self._text_version(tenant)
+
+        best = await fulltext.search(run, texts, version, str(flt), words, k, self._counts)
+        scored = []
+        for key, score in best:
+            row = dict(zip(read, candidates[key], strict=True))
+            scored.append((key, {f: row[f] for f in names if row[f] is not None}, score))
         hits = []
         for key, row, score in scored:
             kind = as_text(row.pop("kind", b""))
@@ -269,24 +278,18 @@ class VectorIndex(IndexReads):
         return as_text(token), as_text(ingested)
 
     async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
-        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing), in one
+        script call: a pipeline's per-command cost in redis-py is most of a small read's. The
+        keys are one tenant's nodes, in one hash slot."""
         if not keys:
             return []
+        out: list[list[Any]] = []
         with store_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.hmget(key, list(names))
-                return list(await pipe.execute())
-
-    async def _hashes_field(self, keys: Sequence[str], name: str) -> list[Any]:
-        """Field ``name`` of each hash in ``keys`` (raw bytes, None where missing)."""
-        if not keys:
-            return []
-        with store_errors():
-            async with self.redis.pipeline(transaction=False) as pipe:
-                for key in keys:
-                    pipe.hget(key, name)
-                return list(await pipe.execute())
+            for at in range(0, len(keys), _BATCH):
+                out += await self._batched(
+                    keys=list(keys[at : at + _BATCH]), args=["HMGET", *names]
+                )
+        return out
 
     async def _search(
         self,

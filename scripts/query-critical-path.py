@@ -1,0 +1,167 @@
+"""Where a c=1 search's wall time goes: searches run one at a time in-process against a
+synthetic tenant (``benchmarks.synthetic``, as ``python -m benchmarks query`` loads it) on a
+Redis of its own, the query vectors encoded before the clock starts (no embed stage).
+
+    PYTHONPATH=shared:. python scripts/query-critical-path.py [nodes] [searches] [modes]
+
+Each store call a search awaits is timed from the search's start (when it was called, when it
+returned): the median of each over the searches, so which calls run side by side and which one
+after another reads off the table, and what the service spends between them is the gap. Redis's
+own time per command kind comes from ``INFO commandstats`` over the same searches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import numpy as np
+
+from benchmarks.query import load_tenant
+from benchmarks.synthetic import query_texts
+from gaama.config import load_settings
+from gaama.devstack import processes
+from gaama.embed import build_embedder
+from gaama.retrieval.search import Retriever
+from gaama.store import connect
+from gaama.store.graph import GraphStore
+from gaama.store.keys import Keys
+from gaama.store.vectors import VectorIndex
+
+#: The store calls timed: (object attribute, method).
+TRACED = (
+    ("index", "knn"),
+    ("index", "lexical"),
+    ("index", "_text_version"),
+    ("index", "_execute_all"),
+    ("index", "_hashes_fields"),
+    ("index", "_hashes_field"),
+    ("index", "_size"),
+    ("index", "latest_time"),
+    ("graph", "expand"),
+    ("graph", "read_vectors_during"),
+    ("graph", "read_vectors"),
+    ("graph", "provenance"),
+)
+
+
+class Encoded:
+    """The queries' vectors, encoded up front: the embed stage costs nothing here."""
+
+    name, dim = "encoded", 384
+
+    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
+        self.vectors = vectors
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        return np.stack([self.vectors[t] for t in texts])
+
+
+class Trace:
+    """(name, start ms, end ms) of every traced call since :meth:`begin`."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.calls: list[tuple[str, float, float]] = []
+
+    def begin(self) -> None:
+        self.t0 = time.perf_counter()
+        self.calls = []
+
+    def wrap(self, name: str, fn: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+        async def traced(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return await fn(*args, **kwargs)
+            finally:
+                end = time.perf_counter()
+                self.calls.append((name, (start - self.t0) * 1e3, (end - self.t0) * 1e3))
+
+        return traced
+
+
+def numbered(calls: list[tuple[str, float, float]]) -> list[tuple[str, float, float]]:
+    """A call's name with its order among the calls of that name in one search (``#2``...)."""
+    seen: dict[str, int] = {}
+    out = []
+    for name, start, end in sorted(calls, key=lambda c: c[1]):
+        seen[name] = seen.get(name, 0) + 1
+        out.append((name if seen[name] == 1 else f"{name}#{seen[name]}", start, end))
+    return out
+
+
+async def commandstats(client: Any) -> dict[str, tuple[int, int]]:
+    info = await client.info("commandstats")
+    return {k.removeprefix("cmdstat_"): (int(v["calls"]), int(v["usec"])) for k, v in info.items()}
+
+
+async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
+    settings = load_settings(redis_url=url, key_prefix="path", index_name="path-idx")
+    client = connect(url, socket_timeout=600)
+    keys = Keys("path")
+    index = VectorIndex(client, "path-idx", settings.embed_dim, keys)
+    await index.ensure()
+    tenant = f"path-{nodes}"
+    await load_tenant(client, keys, tenant, nodes, seed=nodes, progress=False)
+    texts = query_texts(4096)[:searches]
+    embedder = build_embedder(settings)
+    vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
+    graph = GraphStore(client, keys)
+    retriever = Retriever(graph, index, Encoded(vectors), settings)
+    trace = Trace()
+    for owner, method in TRACED:
+        target = index if owner == "index" else graph
+        if hasattr(target, method):  # versions differ in which they have
+            setattr(target, method, trace.wrap(method, getattr(target, method)))
+    for text in texts[:20]:
+        await retriever.search(tenant, text)
+    print(f"{nodes:,} nodes, {searches} searches per mode, one at a time, no embed stage")
+    for mode in modes:
+        rows: dict[str, list[tuple[float, float]]] = {}
+        walls, stages = [], {}
+        before = await commandstats(client)
+        for text in texts:
+            trace.begin()
+            result = await retriever.search(tenant, text, mode=mode)  # type: ignore[arg-type]
+            walls.append((time.perf_counter() - trace.t0) * 1e3)
+            for name, start, end in numbered(trace.calls):
+                rows.setdefault(name, []).append((start, end))
+            for stage, ms in result.timings_ms.items():
+                stages.setdefault(stage, []).append(ms)
+        after = await commandstats(client)
+        print(f"\n{mode}: wall p50 {np.median(walls):.2f} ms; stage p50s " + ", ".join(
+            f"{s} {np.median(v):.2f}" for s, v in stages.items() if np.median(v) > 0
+        ))
+        print(f"  {'call':28s} {'calls':>6s} {'start':>7s} {'end':>7s} {'took':>7s}  (ms, p50)")
+        for name, spans in sorted(rows.items(), key=lambda r: np.median([s for s, _ in r[1]])):
+            starts = [s for s, _ in spans]
+            ends = [e for _, e in spans]
+            took = [e - s for s, e in spans]
+            print(
+                f"  {name:28s} {len(spans) / searches:6.2f} {np.median(starts):7.2f} "
+                f"{np.median(ends):7.2f} {np.median(took):7.2f}"
+            )
+        print("  Redis, per search: command, calls, usec")
+        for cmd, (calls, usec) in sorted(after.items(), key=lambda kv: -kv[1][1]):
+            c0, u0 = before.get(cmd, (0, 0))
+            if calls - c0 and cmd not in ("info",):
+                print(
+                    f"    {cmd:24s} {(calls - c0) / searches:6.2f} "
+                    f"{(usec - u0) / searches:8.0f}"
+                )
+    await client.aclose()
+
+
+def main() -> None:
+    nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    searches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
+    modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["gaama", "semantic"]
+    with processes.temporary_redis("gaama-path-") as url:
+        asyncio.run(probe(url, nodes, searches, modes))
+
+
+if __name__ == "__main__":
+    main()
