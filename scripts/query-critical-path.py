@@ -2,7 +2,7 @@
 synthetic tenant (``benchmarks.synthetic``, as ``python -m benchmarks query`` loads it) on a
 Redis of its own, the query vectors encoded before the clock starts (no embed stage).
 
-    PYTHONPATH=shared:. python scripts/query-critical-path.py [nodes] [searches] [modes]
+    [PIN=1] PYTHONPATH=shared:. python scripts/query-critical-path.py [nodes] [searches] [modes]
 
 Each store call a search awaits is timed from the search's start (when it was called, when it
 returned): the median of each over the searches, so which calls run side by side and which one
@@ -13,6 +13,7 @@ own time per command kind comes from ``INFO commandstats`` over the same searche
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -31,7 +32,7 @@ from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
-#: The store calls timed: (object attribute, method).
+#: The store calls timed: (owner, method); a version of the code lacking one times the rest.
 TRACED = (
     ("index", "knn"),
     ("index", "lexical"),
@@ -41,6 +42,9 @@ TRACED = (
     ("index", "_hashes_field"),
     ("index", "_size"),
     ("index", "latest_time"),
+    ("reads", "version"),
+    ("reads", "checked"),
+    ("reads", "texts"),
     ("graph", "expand"),
     ("graph", "read_vectors_during"),
     ("graph", "read_vectors"),
@@ -112,9 +116,15 @@ async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
     graph = GraphStore(client, keys)
     retriever = Retriever(graph, index, Encoded(vectors), settings)
     trace = Trace()
+    try:  # the full-text search's reads, made per search (where this version has them)
+        from gaama.store.text_reads import TextReads
+
+        reads: object = TextReads
+    except ImportError:
+        reads = None
     for owner, method in TRACED:
-        target = index if owner == "index" else graph
-        if hasattr(target, method):  # versions differ in which they have
+        target = {"index": index, "graph": graph, "reads": reads}[owner]
+        if target is not None and hasattr(target, method):
             setattr(target, method, trace.wrap(method, getattr(target, method)))
     for text in texts[:20]:
         await retriever.search(tenant, text)
@@ -159,7 +169,14 @@ def main() -> None:
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     searches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     modes = sys.argv[3].split(",") if len(sys.argv) > 3 else ["gaama", "semantic"]
+    # With PIN=1, Redis (started from here, so inheriting this process's CPUs) runs on the
+    # second CPU and this process on the first: neither waits for the other's time slice.
+    pin = os.environ.get("PIN") == "1"
+    if pin:
+        os.sched_setaffinity(0, {1})
     with processes.temporary_redis("gaama-path-") as url:
+        if pin:
+            os.sched_setaffinity(0, {0})
         asyncio.run(probe(url, nodes, searches, modes))
 
 

@@ -208,9 +208,9 @@ class Retriever:
                 conversation=conversation,
                 fields=_SHOWN,
             )
-            # The full-text search goes first: its first round trip (the tenant's text version)
-            # is answered before the KNN search holds the server, and the next one is built
-            # while the KNN search runs.
+            # The full-text search starts first: its request (one, when its counts are kept:
+            # store/text_reads.py) is written before the KNN search's, which then no longer
+            # holds the server while the full-text search waits to send.
             matches, hits, ref = await asyncio.gather(lexical, knn, latest)
         else:
             hits, ref = await asyncio.gather(knn, latest)

@@ -36,9 +36,9 @@ import asyncio
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from gaama.store.codecs import as_text
 from gaama.store.index_layout import LEXICAL_FIELD
@@ -53,13 +53,28 @@ PER_TERM = 200
 POOL_FACTOR = 5
 _WORDS = re.compile(r"[^\W_]+")
 
-#: Runs ``FT.SEARCH`` tails where the tenant's nodes are: one list of replies per tail (two
-#: replies while the tenant's cluster slot moves between primaries).
-Run = Callable[[list[list[Any]]], Awaitable[list[list[Any]]]]
-#: The texts of the given document keys ("" where missing), read from their hashes.
-Texts = Callable[[list[str]], Awaitable[list[str]]]
-#: Reads the version of the tenant's documents (None before its first write of them).
-Version = Callable[[], Awaitable[Hashable | None]]
+
+class Reads(Protocol):
+    """Where a search's reads go: one tenant's documents."""
+
+    async def version(self) -> Hashable | None:
+        """The version of the tenant's documents (None before its first write of them)."""
+        ...
+
+    async def run(self, tails: list[list[Any]]) -> list[list[Any]]:
+        """``FT.SEARCH`` of each tail where the tenant's nodes are: one list of replies per
+        tail (two replies while the tenant's cluster slot moves between primaries)."""
+        ...
+
+    async def texts(self, keys: list[str]) -> list[str]:
+        """The texts of the given document keys ("" where missing), read from their hashes."""
+        ...
+
+    async def checked(
+        self, tails: list[list[Any]], keys: list[str]
+    ) -> tuple[Hashable | None, list[list[Any]], list[str]]:
+        """:meth:`version`, :meth:`run` of ``tails`` and :meth:`texts` of ``keys`` at once."""
+        ...
 
 
 @dataclass
@@ -239,23 +254,19 @@ def _finish(
     return [(key, score / ideal) for key, score in out]
 
 
-async def _step3(run: Run, texts: Texts, plan: _Plan) -> tuple[list[list[Any]], list[str]]:
+async def _step3(reads: Reads, plan: _Plan) -> tuple[list[list[Any]], list[str]]:
     """The cut terms' frequencies and the candidates' texts, both requests on the wire at once
     (a hash read costs Redis less than a wildcard search restricted to the candidates, whose
     rows a cluster leaves empty outside the index's slot)."""
     tails = plan.tails()
-    if not plan.pool:
-        return [], []
     if not tails:
-        return [], await texts(plan.pool)
-    replies, read = await asyncio.gather(run(tails), texts(plan.pool))
+        return [], await reads.texts(plan.pool)
+    replies, read = await asyncio.gather(reads.run(tails), reads.texts(plan.pool))
     return replies, read
 
 
 async def search(
-    run: Run,
-    texts: Texts,
-    version: Version,
+    reads: Reads,
     flt: str,
     words: Sequence[str],
     k: int,
@@ -267,7 +278,7 @@ async def search(
     document matching every word, less for one matching only common ones).
 
     Step 1's counts are reused from ``counts`` when read at the tenant's current version
-    (``version()``), and kept there. When every count the search needs is kept, step 3 is sent
+    (``reads.version()``), and kept there. When every count the search needs is kept, step 3 is sent
     with the read of the version, in one round trip, and kept only if the version is the one
     the counts were read at (otherwise the search starts again from step 1 at the version
     read): the tenant's version changes with every write of its documents and never repeats,
@@ -280,12 +291,12 @@ async def search(
     stats = {w: guess.terms[w] for w in words if guess is not None and w in guess.terms}
     if guess is not None and n is not None and len(stats) == len(set(words)):
         plan = _plan(n, stats, words, k)
-        now, (replies, read) = await asyncio.gather(version(), _step3(run, texts, plan))
+        now, replies, read = await reads.checked(plan.tails(), plan.pool)
         if now is not None and now == guess.version:
             kept.scope(flt, now)  # searched most recently
             return _finish(plan, words, k, replies, read)
     else:
-        now = await version()
+        now = await reads.version()
     known = kept.scope(flt, now)
     n = known.n
     stats = {w: known.terms[w] for w in dict.fromkeys(words) if w in known.terms}
@@ -296,7 +307,7 @@ async def search(
     tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
     if n is None:
         tails.insert(0, [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2])
-    counted = await run(tails) if tails else []
+    counted = await reads.run(tails) if tails else []
     if n is None:
         n = known.n = sum(total(r) for r in counted.pop(0))
     for w, replies in zip(todo, counted, strict=True):
@@ -309,5 +320,5 @@ async def search(
     plan = _plan(n, stats, words, k)
     if not plan.pool:
         return []
-    replies, read = await _step3(run, texts, plan)
+    replies, read = await _step3(reads, plan)
     return _finish(plan, words, k, replies, read)

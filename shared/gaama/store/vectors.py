@@ -52,6 +52,7 @@ from gaama.store.index_layout import (
 from gaama.store.index_reads import IndexReads
 from gaama.store.keys import Keys
 from gaama.store.node_indexes import NodeIndexes
+from gaama.store.text_reads import TextReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,6 @@ _DIST = "dist"  # the KNN distance's name in a search reply
 #: slowly and the choice tolerates an error of a factor of two.
 SIZE_TTL_S = 30.0
 _SIZES_MAX = 10_000  # tenants whose size is remembered at once
-_BATCH = 1000  # hashes read per script call: bounds the time one call holds the server
 
 
 class VectorIndex(IndexReads):
@@ -223,27 +223,15 @@ class VectorIndex(IndexReads):
             return []
         flt = scope_filter(tenant, kinds, conversation, subject)
 
-        async def run(tails: list[list[Any]]) -> list[list[Any]]:
-            return await self._execute_all(tenant, tails)
-
         # The candidates' texts are read with every field a hit returns: the best of them are
         # among the candidates, so no read follows the scoring.
         names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
         read = [LEXICAL_FIELD, *(f for f in names if f != LEXICAL_FIELD)]
-        candidates: dict[str, list[Any]] = {}
-
-        async def texts(keys: list[str]) -> list[str]:
-            rows = await self._hashes_fields(keys, read)
-            candidates.update(zip(keys, rows, strict=True))
-            return [as_text(row[0] or b"") for row in rows]
-
-        async def version() -> tuple[str, str] | None:
-            return await self._text_version(tenant)
-
-        best = await fulltext.search(run, texts, version, str(flt), words, k, self._counts)
+        reads = TextReads(self, self._batched, tenant, read)
+        best = await fulltext.search(reads, str(flt), words, k, self._counts)
         scored = []
         for key, score in best:
-            row = dict(zip(read, candidates[key], strict=True))
+            row = dict(zip(read, reads.rows[key], strict=True))
             scored.append((key, {f: row[f] for f in names if row[f] is not None}, score))
         hits = []
         for key, row, score in scored:
@@ -264,32 +252,6 @@ class VectorIndex(IndexReads):
                 )
             )
         return hits
-
-    async def _text_version(self, tenant: str) -> tuple[str, str] | None:
-        """The version of ``tenant``'s documents (:mod:`gaama.store.fulltext`): the token its
-        writes of nodes replace and its ingest counter (appended episodes), or None before its
-        first such write (or after its keys were removed), when no count is kept."""
-        with store_errors():
-            token, ingested = await self.redis.mget(
-                [self.keys.text_version(tenant), self.keys.state(tenant, "iseq")]
-            )
-        if token is None:
-            return None
-        return as_text(token), as_text(ingested)
-
-    async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
-        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing), in one
-        script call: a pipeline's per-command cost in redis-py is most of a small read's. The
-        keys are one tenant's nodes, in one hash slot."""
-        if not keys:
-            return []
-        out: list[list[Any]] = []
-        with store_errors():
-            for at in range(0, len(keys), _BATCH):
-                out += await self._batched(
-                    keys=list(keys[at : at + _BATCH]), args=["HMGET", *names]
-                )
-        return out
 
     async def _search(
         self,
