@@ -142,9 +142,10 @@ async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
             for stage, ms in result.timings_ms.items():
                 stages.setdefault(stage, []).append(ms)
         after = await commandstats(client)
-        print(f"\n{mode}: wall p50 {np.median(walls):.2f} ms; stage p50s " + ", ".join(
-            f"{s} {np.median(v):.2f}" for s, v in stages.items() if np.median(v) > 0
-        ))
+        print(
+            f"\n{mode}: wall p50 {np.median(walls):.2f} ms; stage p50s "
+            + ", ".join(f"{s} {np.median(v):.2f}" for s, v in stages.items() if np.median(v) > 0)
+        )
         print(f"  {'call':28s} {'calls':>6s} {'start':>7s} {'end':>7s} {'took':>7s}  (ms, p50)")
         for name, spans in sorted(rows.items(), key=lambda r: np.median([s for s, _ in r[1]])):
             starts = [s for s, _ in spans]
@@ -158,10 +159,7 @@ async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
         for cmd, (calls, usec) in sorted(after.items(), key=lambda kv: -kv[1][1]):
             c0, u0 = before.get(cmd, (0, 0))
             if calls - c0 and cmd not in ("info",):
-                print(
-                    f"    {cmd:24s} {(calls - c0) / searches:6.2f} "
-                    f"{(usec - u0) / searches:8.0f}"
-                )
+                print(f"    {cmd:24s} {(calls - c0) / searches:6.2f} {(usec - u0) / searches:8.0f}")
     await client.aclose()
 
 
