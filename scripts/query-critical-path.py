@@ -2,12 +2,17 @@
 synthetic tenant (``benchmarks.synthetic``, as ``python -m benchmarks query`` loads it) on a
 Redis of its own, the query vectors encoded before the clock starts (no embed stage).
 
-    [PIN=1] PYTHONPATH=shared:. python scripts/query-critical-path.py [nodes] [searches] [modes]
+    [PIN=1|URL=redis://...] PYTHONPATH=shared:. python scripts/query-critical-path.py \
+        [nodes] [searches] [modes]
 
 Each store call a search awaits is timed from the search's start (when it was called, when it
 returned): the median of each over the searches, so which calls run side by side and which one
 after another reads off the table, and what the service spends between them is the gap. Redis's
 own time per command kind comes from ``INFO commandstats`` over the same searches.
+
+With ``URL`` set the Redis there is used and the tenant loaded only if it is not there yet, so
+two checkouts can be compared in turns on one load (``python -m gaama.devstack`` or any Redis
+with the Query Engine; the script's keys carry the prefix ``path``).
 """
 
 from __future__ import annotations
@@ -109,7 +114,8 @@ async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
     index = VectorIndex(client, "path-idx", settings.embed_dim, keys)
     await index.ensure()
     tenant = f"path-{nodes}"
-    await load_tenant(client, keys, tenant, nodes, seed=nodes, progress=False)
+    if not await client.exists(keys.degrees(tenant)):  # a Redis given (URL) may hold it
+        await load_tenant(client, keys, tenant, nodes, seed=nodes, progress=False)
     texts = query_texts(4096)[:searches]
     embedder = build_embedder(settings)
     vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
@@ -170,6 +176,9 @@ def main() -> None:
     # With PIN=1, Redis (started from here, so inheriting this process's CPUs) runs on the
     # second CPU and this process on the first: neither waits for the other's time slice.
     pin = os.environ.get("PIN") == "1"
+    if url := os.environ.get("URL"):  # a Redis kept between runs: two checkouts, one load
+        asyncio.run(probe(url, nodes, searches, modes))
+        return
     if pin:
         os.sched_setaffinity(0, {1})
     with processes.temporary_redis("gaama-path-") as url:
