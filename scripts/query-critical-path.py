@@ -26,16 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.query import load_tenant
-from benchmarks.synthetic import query_texts
-from gaama.config import load_settings
+from benchmarks import inprocess
 from gaama.devstack import processes
-from gaama.embed import build_embedder
-from gaama.retrieval.search import Retriever
-from gaama.store import connect
-from gaama.store.graph import GraphStore
-from gaama.store.keys import Keys
-from gaama.store.vectors import VectorIndex
 
 #: The store calls timed: (owner, method); a version of the code lacking one times the rest.
 TRACED = (
@@ -55,18 +47,6 @@ TRACED = (
     ("graph", "read_vectors"),
     ("graph", "provenance"),
 )
-
-
-class Encoded:
-    """The queries' vectors, encoded up front: the embed stage costs nothing here."""
-
-    name, dim = "encoded", 384
-
-    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
-        self.vectors = vectors
-
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self.vectors[t] for t in texts])
 
 
 class Trace:
@@ -108,19 +88,9 @@ async def commandstats(client: Any) -> dict[str, tuple[int, int]]:
 
 
 async def probe(url: str, nodes: int, searches: int, modes: list[str]) -> None:
-    settings = load_settings(redis_url=url, key_prefix="path", index_name="path-idx")
-    client = connect(url, socket_timeout=600)
-    keys = Keys("path")
-    index = VectorIndex(client, "path-idx", settings.embed_dim, keys)
-    await index.ensure()
-    tenant = f"path-{nodes}"
-    if not await client.exists(keys.degrees(tenant)):  # a Redis given (URL) may hold it
-        await load_tenant(client, keys, tenant, nodes, seed=nodes, progress=False)
-    texts = query_texts(4096)[:searches]
-    embedder = build_embedder(settings)
-    vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
-    graph = GraphStore(client, keys)
-    retriever = Retriever(graph, index, Encoded(vectors), settings)
+    loaded = await inprocess.searches(url, "path", nodes, searches)  # a Redis given may hold it
+    client, index, graph, retriever = loaded.client, loaded.index, loaded.graph, loaded.retriever
+    tenant, texts = loaded.tenant, loaded.texts
     trace = Trace()
     try:  # the full-text search's reads, made per search (where this version has them)
         from gaama.store.text_reads import TextReads
