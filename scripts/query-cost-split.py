@@ -20,21 +20,12 @@ import time
 import timeit
 from typing import Any
 
-import numpy as np
 from redis.asyncio.connection import Connection
 
-from benchmarks.query import load_tenant
-from benchmarks.synthetic import query_texts
-from gaama.config import load_settings
+from benchmarks import inprocess
 from gaama.devstack import processes
-from gaama.embed import build_embedder
-from gaama.retrieval.search import Retriever
-from gaama.store import connect
 from gaama.store.codecs import as_text
-from gaama.store.graph import GraphStore
-from gaama.store.keys import Keys
 from gaama.store.packing import PackedConnection
-from gaama.store.vectors import VectorIndex
 
 VARIANTS: list[tuple[str, dict[str, Any] | None]] = [
     ("gaama", None),
@@ -42,18 +33,6 @@ VARIANTS: list[tuple[str, dict[str, Any] | None]] = [
     ("gaama", {"w_lex": 0.0}),
     ("semantic", {"w_lex": 0.0}),
 ]
-
-
-class Encoded:
-    """The queries' vectors, encoded up front: the embed stage costs nothing here."""
-
-    name, dim = "encoded", 384
-
-    def __init__(self, vectors: dict[str, np.ndarray]) -> None:
-        self.vectors = vectors
-
-    async def embed(self, texts: list[str]) -> np.ndarray:
-        return np.stack([self.vectors[t] for t in texts])
 
 
 def command_kind(args: list[str]) -> str:
@@ -74,17 +53,8 @@ def command_kind(args: list[str]) -> str:
 
 
 async def split(url: str, nodes: int, searches: int) -> None:
-    settings = load_settings(redis_url=url, key_prefix="split", index_name="split-idx")
-    client = connect(url, socket_timeout=600)
-    keys = Keys("split")
-    index = VectorIndex(client, "split-idx", settings.embed_dim, keys)
-    await index.ensure()
-    tenant = f"split-{nodes}"
-    await load_tenant(client, keys, tenant, nodes, seed=nodes, progress=False)
-    texts = query_texts(4096)[:searches]
-    embedder = build_embedder(settings)
-    vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
-    retriever = Retriever(GraphStore(client, keys), index, Encoded(vectors), settings)
+    loaded = await inprocess.searches(url, "split", nodes, searches)
+    client, retriever, tenant, texts = loaded.client, loaded.retriever, loaded.tenant, loaded.texts
     for text in texts[:20]:
         await retriever.search(tenant, text)
     await client.config_set("slowlog-max-len", 1_000_000)

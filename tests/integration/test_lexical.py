@@ -324,3 +324,63 @@ async def test_concurrent_first_searches_of_a_scope_share_its_counts(
         )
         assert [(h.id, h.score) for h in hits] == [(h.id, h.score) for h in alone]
     assert [(h.id, h.score) for h in got[0]] == want
+
+
+async def test_a_search_with_kept_counts_is_one_request(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder, monkeypatch
+) -> None:
+    """With every count kept, the version read and step 3 go as one request
+    (store/text_reads.py): no separate version read, no other search; the scores are those of
+    an index that kept nothing. After a write the check fails and the search counts again."""
+    from contextvars import ContextVar
+
+    from gaama.store.text_reads import TextReads
+
+    ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+    await _indexed(index, "t1", len(ids))
+    calls: list[str] = []  # the reads the search asks for (not those one read makes of others)
+    inside: ContextVar[bool] = ContextVar("inside", default=False)
+    for name in ("version", "run", "texts", "checked"):
+        method = getattr(TextReads, name)
+
+        async def spy(self: TextReads, *args: object, _m=method, _n=name) -> object:
+            if inside.get():
+                return await _m(self, *args)
+            calls.append(_n)
+            token = inside.set(True)
+            try:
+                return await _m(self, *args)
+            finally:
+                inside.reset(token)
+
+        monkeypatch.setattr(TextReads, name, spy)
+    terms = ["zoltan", "weekends", "chess", "radios"]
+
+    async def search(idx: VectorIndex) -> list[tuple[str, float]]:
+        return [(h.id, h.score) for h in await idx.lexical("t1", terms, 20)]
+
+    first = await search(index)
+    assert calls[0] == "version" and "checked" not in calls  # nothing kept yet
+    calls.clear()
+    assert await search(index) == first and calls == ["checked"]
+    calls.clear()
+    await _facts(graph, embedder, "t1", ["Zoltan plays chess on weekends."])
+    await _indexed(index, "t1", len(ids) + 1)
+    after = await search(index)
+    assert calls[0] == "checked" and "run" in calls  # the version moved: counted again
+    assert after != first
+    assert after == await search(VectorIndex(graph.redis, index.name, embedder.dim, graph.keys))
+
+
+@pytest.mark.single_redis
+async def test_a_search_with_kept_counts_survives_a_script_flush(
+    graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    """The one request sends the hash read by its script's digest: after Redis has lost its
+    scripts (a restart, SCRIPT FLUSH) the search loads it again and scores the same."""
+    ids = await _facts(graph, embedder, "t1", _weekends("Zoltan"))
+    await _indexed(index, "t1", len(ids))
+    terms = ["zoltan", "weekends", "chess", "radios"]
+    first = [(h.id, h.score) for h in await index.lexical("t1", terms, 20)]
+    await graph.redis.script_flush()
+    assert [(h.id, h.score) for h in await index.lexical("t1", terms, 20)] == first

@@ -208,7 +208,10 @@ class Retriever:
                 conversation=conversation,
                 fields=_SHOWN,
             )
-            hits, matches, ref = await asyncio.gather(knn, lexical, latest)
+            # The full-text search starts first: its request (one, when its counts are kept:
+            # store/text_reads.py) is written before the KNN search's, which then no longer
+            # holds the server while the full-text search waits to send.
+            matches, hits, ref = await asyncio.gather(lexical, knn, latest)
         else:
             hits, ref = await asyncio.gather(knn, latest)
             matches = []
