@@ -208,10 +208,7 @@ class Retriever:
                 conversation=conversation,
                 fields=_SHOWN,
             )
-            # The full-text search starts first: its request (one, when its counts are kept:
-            # store/text_reads.py) is written before the KNN search's, which then no longer
-            # holds the server while the full-text search waits to send.
-            matches, hits, ref = await asyncio.gather(lexical, knn, latest)
+            hits, matches, ref = await asyncio.gather(knn, lexical, latest)
         else:
             hits, ref = await asyncio.gather(knn, latest)
             matches = []

@@ -14,9 +14,8 @@ weighted 0 scores a one-term query by the term's frequency in the document, noth
    order) — every one of them when ``df ≤ PER_TERM``, which is every term rare enough to weigh;
 2. each document found scores ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1)`` over the terms it was found
    with, ``idf_t = ln(1 + (N − df + ½)/(df + ½))``; the ``pool`` best are the candidates;
-3. one round trip: the candidates' texts from their hashes (a length is a text's words), and
-   beside it their frequency of each term whose list was cut (restricted to the candidates
-   with ``INKEYS``);
+3. one round trip: the candidates' texts (a length is a text's words) and their frequency of
+   each term whose list was cut (both restricted to the candidates with ``INKEYS``);
 4. BM25 over the candidates, ``Σ_t idf_t · tf·(K1 + 1)/(tf + K1·(1 − B + B·len/avg))``,
    ``avg`` the candidates' mean length.
 
@@ -24,24 +23,22 @@ Step 1 costs time in proportion to the scope's documents (``N`` counts every one
 term's count every document holding it: ~5 ms and ~3 ms for a common word at 100k nodes). Its
 results are kept per scope and term (:class:`Counts`) while the tenant's documents stay as they
 are: every write of the tenant's nodes changes its *version* (``Keys.text_version`` and the
-ingest counter, set in the same atomic write, or right after a forget's removal), read before
-the counts (or, when they are kept, with step 3: :func:`search`). Scores stay exact: a count is
-only reused under the version it was read at, and a version is never read before the write that
-made it.
+ingest counter, set in the same atomic write, or right after a forget's removal), which the
+caller reads before the counts and passes in. Scores stay exact: a count is only reused under
+the version it was read at, and a version is never read before the write that made it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from gaama.store.codecs import as_text
-from gaama.store.index_layout import LEXICAL_FIELD
+from gaama.store.index_layout import LEXICAL_FIELD, documents
 
 #: BM25's term-frequency saturation and length normalisation (the usual values).
 K1 = 1.2
@@ -53,28 +50,11 @@ PER_TERM = 200
 POOL_FACTOR = 5
 _WORDS = re.compile(r"[^\W_]+")
 
-
-class Reads(Protocol):
-    """Where a search's reads go: one tenant's documents."""
-
-    async def version(self) -> Hashable | None:
-        """The version of the tenant's documents (None before its first write of them)."""
-        ...
-
-    async def run(self, tails: list[list[Any]]) -> list[list[Any]]:
-        """``FT.SEARCH`` of each tail where the tenant's nodes are: one list of replies per
-        tail (two replies while the tenant's cluster slot moves between primaries)."""
-        ...
-
-    async def texts(self, keys: list[str]) -> list[str]:
-        """The texts of the given document keys ("" where missing), read from their hashes."""
-        ...
-
-    async def checked(
-        self, tails: list[list[Any]], keys: list[str]
-    ) -> tuple[Hashable | None, list[list[Any]], list[str]]:
-        """:meth:`version`, :meth:`run` of ``tails`` and :meth:`texts` of ``keys`` at once."""
-        ...
+#: Runs ``FT.SEARCH`` tails where the tenant's nodes are: one list of replies per tail (two
+#: replies while the tenant's cluster slot moves between primaries).
+Run = Callable[[list[list[Any]]], Awaitable[list[list[Any]]]]
+#: The texts of the given document keys ("" where missing).
+Texts = Callable[[list[str]], Awaitable[list[str]]]
 
 
 @dataclass
@@ -109,10 +89,6 @@ class Counts:
             self._scopes.move_to_end(flt)
         self.trim()
         return counts
-
-    def latest(self, flt: str) -> _ScopeCounts | None:
-        """The counts of scope ``flt`` last read, at whichever version (not marked as used)."""
-        return self._scopes.get(flt)
 
     def trim(self) -> None:
         """Drop the scopes searched longest ago while over either bound (the latest stays)."""
@@ -191,6 +167,11 @@ def scores(reply: Any) -> dict[str, float]:
     return {as_text(reply[i]): float(reply[i + 1]) for i in range(1, len(reply) - 1, 2)}
 
 
+def _texts(reply: Any) -> list[tuple[str, str]]:
+    """(key, text) of an ``FT.SEARCH ... RETURN 1 text`` reply ("" for a row without it)."""
+    return [(key, row.get(LEXICAL_FIELD, "")) for key, row in documents(reply)]
+
+
 def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:
     tail: list[Any] = [query, "WITHSCORES", "SCORER", "DISMAX", "NOCONTENT"]
     if keys:
@@ -198,28 +179,42 @@ def _frequencies(query: str, limit: int, keys: Sequence[str] = ()) -> list[Any]:
     return [*tail, "LIMIT", 0, limit, "DIALECT", 2]
 
 
-@dataclass
-class _Plan:
-    """Step 2's outcome: the terms' weights and the frequencies read so far, the terms whose
-    lists were cut, and the candidates (best first)."""
-
-    n: int
-    weights: dict[str, float]
-    freqs: dict[str, dict[str, float]]
-    cut: list[str]
-    pool: list[str]
-
-    def tails(self) -> list[list[Any]]:
-        """Step 3's searches: the candidates' frequency of each term whose list was cut."""
-        return [
-            _frequencies(f"@{LEXICAL_FIELD}:({w})", len(self.pool), self.pool) for w in self.cut
-        ]
-
-
-def _plan(
-    n: int, stats: Mapping[str, tuple[int, dict[str, float]]], words: Sequence[str], k: int
-) -> _Plan:
-    """Step 2 over the scope's document count ``n`` and each word's counts ``stats``."""
+async def search(
+    run: Run,
+    texts: Texts,
+    flt: str,
+    words: Sequence[str],
+    k: int,
+    counts: Counts | None = None,
+    version: Hashable | None = None,
+) -> list[tuple[str, float]]:
+    """The ``k`` documents of filter ``flt`` best matching any of the escaped ``words`` by
+    tenant-local BM25 (module docstring): (key, score), best first, ties by key. A score is the
+    BM25 over that of a document of mean length holding each of ``words`` once (about 1 for a
+    document matching every word, less for one matching only common ones). Step 1's counts are
+    reused from ``counts`` when read at the tenant's current ``version`` (read by the caller
+    before this call), and kept there."""
+    known = (counts or Counts(scopes=0)).scope(flt, version)
+    # Read before the round trip: searches running meanwhile may fill in or trim ``known``.
+    n = known.n
+    stats = {w: known.terms[w] for w in dict.fromkeys(words) if w in known.terms}
+    todo = [w for w in dict.fromkeys(words) if w not in stats]
+    # The scope filter matches and scores nothing. It comes after the term: written first, a
+    # filter of several clauses takes the whole query's weight with it (measured on 2.10).
+    scope = f"({flt})=>{{$weight:0}}"
+    tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
+    if n is None:
+        tails.insert(0, [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2])
+    counted = await run(tails) if tails else []
+    if n is None:
+        n = known.n = sum(total(r) for r in counted.pop(0))
+    for w, replies in zip(todo, counted, strict=True):
+        stats[w] = known.terms[w] = (
+            sum(total(r) for r in replies),
+            {key: tf for r in replies for key, tf in scores(r).items()},
+        )
+    if todo and counts is not None:
+        counts.trim()
     weights: dict[str, float] = {}
     freqs: dict[str, dict[str, float]] = {}
     cut = []
@@ -233,92 +228,27 @@ def _plan(
             cut.append(w)
     first = partial(freqs, weights)
     pool = sorted(first, key=lambda d: (-first[d], d))[: max(k, 1) * POOL_FACTOR]
-    return _Plan(n, weights, freqs, cut if pool else [], pool)
-
-
-def _finish(
-    plan: _Plan, words: Sequence[str], k: int, replies: list[list[Any]], texts: list[str]
-) -> list[tuple[str, float]]:
-    """Step 4, given step 3's replies (one list per cut term) and the candidates' texts."""
-    if not plan.pool:
+    if not pool:
         return []
-    for w, more in zip(plan.cut, replies, strict=True):
-        plan.freqs[w] = {key: tf for r in more for key, tf in scores(r).items()}
-    lengths = {key: length(text) for key, text in zip(plan.pool, texts, strict=True)}
-    ranked = bm25(plan.freqs, lengths, plan.weights)
+    # The candidates' texts ride along: read by the Query Engine, or (on a cluster, where rows
+    # outside the index name's slot come back empty) from the hashes.
+    shown = ["*", "INKEYS", len(pool), *pool, "RETURN", 1, LEXICAL_FIELD]
+    replies = await run(
+        [
+            [*shown, "LIMIT", 0, len(pool), "DIALECT", 2],
+            *(_frequencies(f"@{LEXICAL_FIELD}:({w})", len(pool), pool) for w in cut),
+        ]
+    )
+    for w, more in zip(cut, replies[1:], strict=True):
+        freqs[w] = {key: tf for r in more for key, tf in scores(r).items()}
+    read = {key: text for r in replies[0] for key, text in _texts(r)}
+    missing = [key for key in pool if not read.get(key)]
+    if missing:
+        read.update(zip(missing, await texts(missing), strict=True))
+    lengths = {key: length(read.get(key, "")) for key in pool}
+    ranked = bm25(freqs, lengths, weights)
     # Over the BM25 of a document of mean length holding every query term once: the share of
     # the query's term weight a document matches (a term the scope lacks weighs the most).
-    weights = plan.weights
-    ideal = sum(idf(plan.n, 0) if w not in weights else weights[w] for w in dict.fromkeys(words))
+    ideal = sum(idf(n, 0) if w not in weights else weights[w] for w in dict.fromkeys(words))
     out = sorted(ranked.items(), key=lambda r: (-r[1], r[0]))[:k]
     return [(key, score / ideal) for key, score in out]
-
-
-async def _step3(reads: Reads, plan: _Plan) -> tuple[list[list[Any]], list[str]]:
-    """The cut terms' frequencies and the candidates' texts, both requests on the wire at once
-    (a hash read costs Redis less than a wildcard search restricted to the candidates, whose
-    rows a cluster leaves empty outside the index's slot)."""
-    tails = plan.tails()
-    if not tails:
-        return [], await reads.texts(plan.pool)
-    replies, read = await asyncio.gather(reads.run(tails), reads.texts(plan.pool))
-    return replies, read
-
-
-async def search(
-    reads: Reads,
-    flt: str,
-    words: Sequence[str],
-    k: int,
-    counts: Counts | None = None,
-) -> list[tuple[str, float]]:
-    """The ``k`` documents of filter ``flt`` best matching any of the escaped ``words`` by
-    tenant-local BM25 (module docstring): (key, score), best first, ties by key. A score is the
-    BM25 over that of a document of mean length holding each of ``words`` once (about 1 for a
-    document matching every word, less for one matching only common ones).
-
-    Step 1's counts are reused from ``counts`` when read at the tenant's current version
-    (``reads.version()``), and kept there. When every count the search needs is kept, step 3 is sent
-    with the read of the version, in one round trip, and kept only if the version is the one
-    the counts were read at (otherwise the search starts again from step 1 at the version
-    read): the tenant's version changes with every write of its documents and never repeats,
-    so the counts held over the whole time between their read and this one, and step 3 read
-    what it would have read after a separate read of the version."""
-    kept = counts or Counts(scopes=0)
-    guess = kept.latest(flt)
-    # Read before the round trip: searches running meanwhile may fill in or trim the counts.
-    n = guess.n if guess is not None else None
-    stats = {w: guess.terms[w] for w in words if guess is not None and w in guess.terms}
-    if guess is not None and n is not None and len(stats) == len(set(words)):
-        plan = _plan(n, stats, words, k)
-        now, replies, read = await reads.checked(plan.tails(), plan.pool)
-        if now is not None and now == guess.version:
-            kept.scope(flt, now)  # searched most recently
-            return _finish(plan, words, k, replies, read)
-    else:
-        now = await reads.version()
-    known = kept.scope(flt, now)
-    n = known.n
-    stats = {w: known.terms[w] for w in dict.fromkeys(words) if w in known.terms}
-    todo = [w for w in dict.fromkeys(words) if w not in stats]
-    # The scope filter matches and scores nothing. It comes after the term: written first, a
-    # filter of several clauses takes the whole query's weight with it (measured on 2.10).
-    scope = f"({flt})=>{{$weight:0}}"
-    tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
-    if n is None:
-        tails.insert(0, [f"({flt})", "LIMIT", 0, 0, "DIALECT", 2])
-    counted = await reads.run(tails) if tails else []
-    if n is None:
-        n = known.n = sum(total(r) for r in counted.pop(0))
-    for w, replies in zip(todo, counted, strict=True):
-        stats[w] = known.terms[w] = (
-            sum(total(r) for r in replies),
-            {key: tf for r in replies for key, tf in scores(r).items()},
-        )
-    if todo and counts is not None:
-        counts.trim()
-    plan = _plan(n, stats, words, k)
-    if not plan.pool:
-        return []
-    replies, read = await _step3(reads, plan)
-    return _finish(plan, words, k, replies, read)

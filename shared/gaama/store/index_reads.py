@@ -48,14 +48,14 @@ class IndexReads:
     async def _execute(self, tenant: str, tail: list[Any]) -> list[Any]:
         """``FT.SEARCH`` where ``tenant``'s nodes are (:meth:`_ft_search`) through the store's
         error boundary: a missing index is an outage, like an unreachable server."""
-        with search_errors(self.name):
+        with _search_errors(self.name):
             return await self._ft_search(tenant, tail)
 
     async def _execute_all(self, tenant: str, tails: list[list[Any]]) -> list[list[Any]]:
         """:meth:`_execute` of each of ``tails``: on one server in one round trip."""
         if self._nodes is not None:
             return list(await asyncio.gather(*(self._execute(tenant, t) for t in tails)))
-        with search_errors(self.name):
+        with _search_errors(self.name):
             async with self.redis.pipeline(transaction=False) as pipe:
                 for tail in tails:
                     pipe.execute_command("FT.SEARCH", self.name, *tail)
@@ -181,7 +181,7 @@ class IndexReads:
 
 
 @contextmanager
-def search_errors(index: str) -> Iterator[None]:
+def _search_errors(index: str) -> Iterator[None]:
     """The store's error boundary for ``FT.SEARCH``: unreachable or transient is
     StoreUnavailable, and so is a missing index (a permanent error otherwise)."""
     try:

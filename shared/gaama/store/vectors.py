@@ -36,7 +36,7 @@ from redisvl.index import AsyncSearchIndex
 from gaama import ids
 from gaama.errors import StoreUnavailable
 from gaama.model import NodeKind
-from gaama.store import cluster, fulltext, scripts
+from gaama.store import cluster, fulltext
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.errors import store_errors
 from gaama.store.index_layout import (
@@ -52,7 +52,6 @@ from gaama.store.index_layout import (
 from gaama.store.index_reads import IndexReads
 from gaama.store.keys import Keys
 from gaama.store.node_indexes import NodeIndexes
-from gaama.store.text_reads import TextReads
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +107,6 @@ class VectorIndex(IndexReads):
             self._nodes = NodeIndexes(redis, name, self.keys, self._create)
         self._sizes: dict[str, tuple[float, int, int]] = {}  # tenant: (until, nodes, keys)
         self._counts = fulltext.Counts()
-        self._batched = scripts.register(redis, "batched_read.lua")
 
     async def ensure(self) -> None:
         """Create the index when missing; check an existing index has our dimension and layout.
@@ -223,16 +221,21 @@ class VectorIndex(IndexReads):
             return []
         flt = scope_filter(tenant, kinds, conversation, subject)
 
-        # The candidates' texts are read with every field a hit returns: the best of them are
-        # among the candidates, so no read follows the scoring.
+        async def run(tails: list[list[Any]]) -> list[list[Any]]:
+            return await self._execute_all(tenant, tails)
+
+        async def texts(keys: list[str]) -> list[str]:
+            return [as_text(t or b"") for t in await self._hashes_field(keys, LEXICAL_FIELD)]
+
+        best = await fulltext.search(
+            run, texts, str(flt), words, k, self._counts, await self._text_version(tenant)
+        )
         names = ["kind", VECTOR_FIELD, *(f for f in fields if f not in ("kind", VECTOR_FIELD))]
-        read = [LEXICAL_FIELD, *(f for f in names if f != LEXICAL_FIELD)]
-        reads = TextReads(self, self._batched, tenant, read)
-        best = await fulltext.search(reads, str(flt), words, k, self._counts)
-        scored = []
-        for key, score in best:
-            row = dict(zip(read, reads.rows[key], strict=True))
-            scored.append((key, {f: row[f] for f in names if row[f] is not None}, score))
+        rows = await self._hashes_fields([key for key, _ in best], names)
+        scored = [
+            (key, {f: v for f, v in zip(names, row, strict=True) if v is not None}, score)
+            for (key, score), row in zip(best, rows, strict=True)
+        ]
         hits = []
         for key, row, score in scored:
             kind = as_text(row.pop("kind", b""))
@@ -252,6 +255,38 @@ class VectorIndex(IndexReads):
                 )
             )
         return hits
+
+    async def _text_version(self, tenant: str) -> tuple[str, str] | None:
+        """The version of ``tenant``'s documents (:mod:`gaama.store.fulltext`): the token its
+        writes of nodes replace and its ingest counter (appended episodes), or None before its
+        first such write (or after its keys were removed), when no count is kept."""
+        with store_errors():
+            token, ingested = await self.redis.mget(
+                [self.keys.text_version(tenant), self.keys.state(tenant, "iseq")]
+            )
+        if token is None:
+            return None
+        return as_text(token), as_text(ingested)
+
+    async def _hashes_fields(self, keys: Sequence[str], names: Sequence[str]) -> list[list[Any]]:
+        """Fields ``names`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        if not keys:
+            return []
+        with store_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hmget(key, list(names))
+                return list(await pipe.execute())
+
+    async def _hashes_field(self, keys: Sequence[str], name: str) -> list[Any]:
+        """Field ``name`` of each hash in ``keys`` (raw bytes, None where missing)."""
+        if not keys:
+            return []
+        with store_errors():
+            async with self.redis.pipeline(transaction=False) as pipe:
+                for key in keys:
+                    pipe.hget(key, name)
+                return list(await pipe.execute())
 
     async def _search(
         self,
