@@ -24,7 +24,7 @@ with ``appendfsync everysec``), so it runs in the background while the next batc
 Why more than one: with ``everysec`` Redis fsyncs about once a second. A batch handled in less
 than that waited, one batch behind, for an fsync of its own, so a quiet machine that embeds a
 batch in 0.9 s ingested at the fsync's pace, not the embedder's (docs/benchmarks.md, "Ingest:
-batches finishing behind"). Two behind let one fsync cover two batches.
+batches finishing behind, appends deferred"). Two behind let one fsync cover two batches.
 """
 
 from __future__ import annotations
