@@ -158,7 +158,7 @@ async def _store(
             raise  # retried by the runtime
         except Exception:  # noqa: BLE001 - narrowed down below, as the runtime's policy does
             log.warning("appending %d episodes failed; appending them one by one", len(new))
-            for node in new:
+            for node in {n.id: n for n in new}.values():  # a turn sent twice: once
                 failure = await _append_one(deps.graph, node, records[node.id])
                 if failure is None:
                     continue
