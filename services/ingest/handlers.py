@@ -108,7 +108,7 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
                 result.failed.append(forgetting_not_wired(record))
                 continue
             if deps.defer_writes:
-                result.writes.append(partial(deps.forgetting.at_ingest, event))
+                result.writes.append(partial(_cut, deps.forgetting, event))
             else:
                 await deps.forgetting.at_ingest(event)
             result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))
@@ -151,9 +151,9 @@ async def _store(
         return
     records = {node.id: record for (record, _), node in zip(turns, nodes, strict=True)}
 
-    async def append() -> None:
+    async def append(into: BatchResult) -> None:
         try:
-            result.stored["episode"] += sum(await deps.graph.append_episodes(new))
+            into.stored["episode"] += sum(await deps.graph.append_episodes(new))
         except StoreUnavailable:
             raise  # retried by the runtime
         except Exception:  # noqa: BLE001 - narrowed down below, as the runtime's policy does
@@ -162,10 +162,14 @@ async def _store(
                 failure = await _append_one(deps.graph, node, records[node.id])
                 if failure is None:
                     continue
-                result.failed.append(failure)
-                result.out.remove(events[node.id])  # not stored: nothing to announce
+                into.failed.append(failure)
+                into.out.remove(events[node.id])  # not stored: nothing to announce
 
     result.writes.append(append)
+
+
+async def _cut(forgetting: Forgetting, event: ForgetRequested, _: BatchResult) -> None:
+    await forgetting.at_ingest(event)
 
 
 async def _append_one(graph: GraphStore, node: Node, record: Record) -> Failure | None:

@@ -49,8 +49,10 @@ class BatchResult:
     failed: list[Failure] = field(default_factory=list)
     stored: Counter[str] = field(default_factory=Counter)  # node kind -> nodes written
     # Writes the handler left to the runtime, in order: made once the batch before has made
-    # its own, while the next batch is handled (services.runtime.acks); each is idempotent.
-    writes: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    # its own, while the next batch is handled (services.runtime.acks); each is idempotent and
+    # is given the batch's whole result (merged, when records were handled one by one) to
+    # count what it stored and dead-letter what it could not.
+    writes: list[Callable[[BatchResult], Awaitable[None]]] = field(default_factory=list)
 
     def merge(self, other: BatchResult) -> None:
         self.out += other.out

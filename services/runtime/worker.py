@@ -20,6 +20,7 @@ import logging
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +230,11 @@ def consume(
     async def write(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # The writes the handler deferred, in order, after the previous batch's; an outage is
         # retried like the fsync wait's (each write is idempotent).
-        for deferred in handled[0].writes:
-            await _retry_outages(deferred, settings, metrics, outage, "deferred write")
+        result = handled[0]
+        for deferred in result.writes:
+            await _retry_outages(
+                partial(deferred, result), settings, metrics, outage, "deferred write"
+            )
 
     async def wait(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # Durable before acknowledged: the batch's writes are fsynced before its events go

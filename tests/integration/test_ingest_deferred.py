@@ -4,13 +4,17 @@ a turn whose append the store rejects dead-lettered on its own, its event withhe
 
 from __future__ import annotations
 
+import numpy as np
+
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.episodes import episode_node
+from gaama.errors import PermanentError
 from gaama.events import TOPIC_TURNS, conversation_key
 from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 from services.ingest.handlers import IngestDeps, handle
+from services.runtime.policy import process_batch
 from tests.component.test_forget_cascade import C1, C2, turns
 from tests.support.stream import record
 
@@ -33,7 +37,7 @@ async def test_appends_wait_for_the_runtime_then_land_in_order(
     assert len(result.out) == len(sent) and result.writes
     assert await graph.existing("acme", ids) == set()  # nothing written yet
     for write in result.writes:
-        await write()
+        await write(result)
     assert result.stored["episode"] == len(sent) and not result.failed
     assert await graph.chain("acme", "c1") == ids
     again = await handle(records_of(sent), deps)  # a redelivery: embeds and appends nothing
@@ -52,7 +56,7 @@ async def test_a_rejected_append_dead_letters_its_turns_only(
     mixed += good[len(bad) :] + bad[len(good) :] + bad[:1]  # one bad turn sent twice
     result = await handle(records_of(mixed), deps)
     for write in result.writes:
-        await write()
+        await write(result)
     bad_ids = {episode_node(t).id for t in bad}
     assert len(result.failed) == len(bad)  # each bad turn once
     assert all(f.reason == "error" and "WRONGTYPE" in f.error for f in result.failed)
@@ -60,3 +64,31 @@ async def test_a_rejected_append_dead_letters_its_turns_only(
     assert announced.isdisjoint(bad_ids) and len(announced) == len(good)
     assert await graph.chain("acme", "good") == [episode_node(t).id for t in good]
     assert await graph.existing("acme", list(bad_ids)) == set()
+
+
+class OneAtATime:
+    """An embedder that fails any call of more than one text: the runtime's policy then handles
+    the batch's records one by one and merges their results."""
+
+    def __init__(self, inner: Embedder) -> None:
+        self.inner, self.name, self.dim = inner, inner.name, inner.dim
+
+    async def embed(self, texts: list[str]) -> np.ndarray:
+        if len(texts) > 1:
+            raise PermanentError("one text at a time")
+        return await self.inner.embed(texts)
+
+
+async def test_records_handled_one_by_one_count_their_writes_in_the_batch_result(
+    settings: Settings, graph: GraphStore, index: VectorIndex, embedder: Embedder
+) -> None:
+    sent = turns("acme", "c1", C1)
+    deps = IngestDeps(settings, graph, OneAtATime(embedder), defer_writes=True)  # type: ignore[arg-type]
+    result = await process_batch(
+        lambda batch: handle(batch, deps), records_of(sent), max_retries=0, backoff=0.0
+    )
+    assert len(result.writes) == len(sent) and not result.failed
+    for write in result.writes:
+        await write(result)
+    assert result.stored["episode"] == len(sent)  # counted where the runtime reads it
+    assert await graph.chain("acme", "c1") == [episode_node(t).id for t in sent]

@@ -63,7 +63,7 @@ class Stream:
         """One ingest batch, its deferred writes made as the runtime makes them."""
         result = await ingest.handle(records, self.ingest_deps)
         for write in result.writes:
-            await write()
+            await write(result)
         return result
 
     async def run(self, records: list[Record]) -> None:
