@@ -98,6 +98,7 @@ async def profile(redis_url: str, bootstrap: str, batches: int, size: int) -> No
             times["decode"][-1] = time.perf_counter() - t0
             t0 = time.perf_counter()
             result = await handle(batch, deps)
+            await result.make_writes()  # the appends, made behind the next batch in the service
             times["handler"][-1] = time.perf_counter() - t0
             t0 = time.perf_counter()
             await durable.wait()

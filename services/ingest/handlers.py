@@ -56,9 +56,6 @@ class IngestDeps:
     graph: GraphStore
     embedder: Embedder
     forgetting: Forgetting | None = None
-    # Leave the episode appends (and a forget's cut, which must follow them) to the runtime,
-    # which makes them behind the next batch's embedding, in batch order (BatchResult.writes).
-    defer_writes: bool = False
 
 
 def record_max_bytes(settings: Settings) -> int:
@@ -96,8 +93,9 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
     """Store a batch of turns in arrival order (which is turn order per conversation). A forget
     request splits the batch: the turns before it are stored first, then its cut is taken.
 
-    With ``deps.defer_writes`` the appends and cuts are left, in that order, in
-    ``result.writes`` (the existence check and the embedding are done here)."""
+    The existence check and the embedding are done here; the appends and cuts are left, in
+    that order, in ``result.writes``, which the runtime makes behind the next batch's
+    embedding, in batch order."""
     result = BatchResult()
     turns: list[tuple[Record, TurnReceived]] = []
     for record, event in decoded(batch, result, lambda r: validate_turn(r, deps.settings)):
@@ -107,10 +105,7 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
             if deps.forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
                 continue
-            if deps.defer_writes:
-                result.writes.append(partial(_cut, deps.forgetting, event))
-            else:
-                await deps.forgetting.at_ingest(event)
+            result.writes.append(partial(_cut, deps.forgetting, event))
             result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))
         else:
             turns.append((record, event))
@@ -145,9 +140,6 @@ async def _store(
     }
     result.out += events.values()
     if not new:
-        return
-    if not deps.defer_writes:
-        result.stored["episode"] += sum(await deps.graph.append_episodes(new))
         return
     records = {node.id: record for (record, _), node in zip(turns, nodes, strict=True)}
 

@@ -19,7 +19,6 @@ def wire(svc: Service) -> StageApp:
         graph=stores.graph,
         embedder=svc.embedder,
         forgetting=stores.forgetting(settings),
-        defer_writes=True,
     )
     app = build_app(deps, svc.registry, svc.metrics, stores.ready, EventProducer(settings))
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", svc.embedder.name)

@@ -54,6 +54,11 @@ class BatchResult:
     # count what it stored and dead-letter what it could not.
     writes: list[Callable[[BatchResult], Awaitable[None]]] = field(default_factory=list)
 
+    async def make_writes(self) -> None:
+        """The deferred writes, in order, with no retry (the runtime retries each outage)."""
+        for write in self.writes:
+            await write(self)
+
     def merge(self, other: BatchResult) -> None:
         self.out += other.out
         self.failed += other.failed

@@ -238,8 +238,9 @@ def consume(
 
     async def wait(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # Durable before acknowledged: the batch's writes are fsynced before its events go
-        # out and its offsets can be committed (an outage here is retried like any other).
-        await _wait_durable(durable, settings, metrics, outage)
+        # out and its offsets can be committed. An outage or a slow fsync is retried without
+        # limit, like any outage (the batch is not acknowledged meanwhile).
+        await _retry_outages(durable.wait, settings, metrics, outage, "durability not confirmed")
 
     async def finish(events: list[Any], handled: tuple[BatchResult, float]) -> None:
         # After this batch's fsync wait and the previous batch's acknowledgement; run_batches
@@ -328,17 +329,6 @@ def _durability(settings: Settings) -> Durability:
         replicas=settings.durability_replicas,
         timeout_s=settings.durability_timeout_s,
     )
-
-
-async def _wait_durable(
-    durable: Durability,
-    settings: Settings,
-    metrics: StageMetrics,
-    outage: Callable[[GaamaError], None],
-) -> None:
-    """Wait for the fsync; an outage or a slow fsync is retried without limit, like any outage
-    (the batch is not acknowledged meanwhile, so nothing is lost either way)."""
-    await _retry_outages(durable.wait, settings, metrics, outage, "durability not confirmed")
 
 
 async def _retry_outages(

@@ -23,7 +23,7 @@ from gaama.store.durability import Durability
 from gaama.store.graph import GraphStore
 from services.ingest.handlers import IngestDeps, handle
 from services.runtime.acks import run_batches
-from services.runtime.records import Record
+from services.runtime.records import BatchResult, Record
 from services.runtime.shutdown import Drain
 from tests.component.test_forget_cascade import C1, C2, turns
 from tests.support.stream import record
@@ -76,6 +76,7 @@ async def test_acknowledged_turns_survive_a_redis_sigkill(
                 record(TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t) for t in batch
             ]
             result = await handle(recs, deps)
+            await result.make_writes()  # what the runtime does behind the next batch
             assert not result.failed
             await durable.wait()  # what the runtime does before it commits the batch
             acknowledged += [o.event.episode_id for o in result.out]  # type: ignore[attr-defined]
@@ -140,28 +141,32 @@ async def test_a_crash_between_write_and_commit_replays_without_duplicates(
             for n in range(first, len(batches)):
                 yield [Held(r, n) for r in batches[n]]
 
-        async def write(events: list[Held]) -> int:
-            result = await handle([e.record for e in events], deps)
-            assert not result.failed
-            return events[0].batch
+        async def prepare(events: list[Held]) -> BatchResult:
+            return await handle([e.record for e in events], deps)
 
-        async def fsync(events: list[Held], n: int) -> None:
+        async def write(events: list[Held], result: BatchResult) -> None:
+            await result.make_writes()
+            assert not result.failed
+
+        async def fsync(events: list[Held], result: BatchResult) -> None:
+            n = events[0].batch
             if n == crash:  # the batch is written; kill Redis before its fsync is confirmed
                 os.kill(pid, signal.SIGKILL)
             await durable.wait()
             fsynced.append(n)
 
-        async def publish(events: list[Held], n: int) -> None:
-            assert n in fsynced
+        async def publish(events: list[Held], result: BatchResult) -> None:
+            assert events[0].batch in fsynced
 
         await run_batches(
             take(),
             Drain(30),
-            write,
+            prepare,
             fsync,
             publish,
             lambda ev: acked.append(ev[0].batch),
             depth,
+            write,
         )
 
     client = connect(url)

@@ -1,4 +1,4 @@
-"""The ingest handler as the service runs it (``defer_writes``): the existence check and the
+"""The ingest handler as the service runs it: the existence check and the
 embedding in the handler, the episode appends left to the runtime in ``BatchResult.writes``, and
 a turn whose append the store rejects dead-lettered on its own, its event withheld."""
 
@@ -31,13 +31,12 @@ async def test_appends_wait_for_the_runtime_then_land_in_order(
     settings: Settings, graph: GraphStore, index: VectorIndex, embedder: Embedder
 ) -> None:
     sent = turns("acme", "c1", C1)
-    deps = IngestDeps(settings, graph, embedder, defer_writes=True)
+    deps = IngestDeps(settings, graph, embedder)
     result = await handle(records_of(sent), deps)
     ids = [episode_node(t).id for t in sent]
     assert len(result.out) == len(sent) and result.writes
     assert await graph.existing("acme", ids) == set()  # nothing written yet
-    for write in result.writes:
-        await write(result)
+    await result.make_writes()
     assert result.stored["episode"] == len(sent) and not result.failed
     assert await graph.chain("acme", "c1") == ids
     again = await handle(records_of(sent), deps)  # a redelivery: embeds and appends nothing
@@ -51,12 +50,11 @@ async def test_a_rejected_append_dead_letters_its_turns_only(
     # A key of the wrong type where the bad conversation's chain goes: its appends fail with a
     # reply error (WRONGTYPE), not an outage.
     await graph.redis.set(graph.keys.chain("acme", "bad"), "not a sorted set")
-    deps = IngestDeps(settings, graph, embedder, defer_writes=True)
+    deps = IngestDeps(settings, graph, embedder)
     mixed = [t for pair in zip(good, bad, strict=False) for t in pair]
     mixed += good[len(bad) :] + bad[len(good) :] + bad[:1]  # one bad turn sent twice
     result = await handle(records_of(mixed), deps)
-    for write in result.writes:
-        await write(result)
+    await result.make_writes()
     bad_ids = {episode_node(t).id for t in bad}
     assert len(result.failed) == len(bad)  # each bad turn once
     assert all(f.reason == "error" and "WRONGTYPE" in f.error for f in result.failed)
@@ -83,12 +81,11 @@ async def test_records_handled_one_by_one_count_their_writes_in_the_batch_result
     settings: Settings, graph: GraphStore, index: VectorIndex, embedder: Embedder
 ) -> None:
     sent = turns("acme", "c1", C1)
-    deps = IngestDeps(settings, graph, OneAtATime(embedder), defer_writes=True)  # type: ignore[arg-type]
+    deps = IngestDeps(settings, graph, OneAtATime(embedder))  # type: ignore[arg-type]
     result = await process_batch(
         lambda batch: handle(batch, deps), records_of(sent), max_retries=0, backoff=0.0
     )
     assert len(result.writes) == len(sent) and not result.failed
-    for write in result.writes:
-        await write(result)
+    await result.make_writes()
     assert result.stored["episode"] == len(sent)  # counted where the runtime reads it
     assert await graph.chain("acme", "c1") == [episode_node(t).id for t in sent]

@@ -52,9 +52,7 @@ class Stream:
             ExtractDeps(s, g, i, self.chunks, e, ex, outbox=self.outbox)
         )
         self.reflect = ReflectionPipeline(ReflectDeps(s, g, i, e, ex, outbox=self.outbox))
-        # As the service runs it: appends and cuts left to the runtime, made before the next
-        # stage sees the batch's events.
-        self.ingest_deps = ingest.IngestDeps(s, g, e, forgetting=self.forgetting, defer_writes=True)
+        self.ingest_deps = ingest.IngestDeps(s, g, e, forgetting=self.forgetting)
 
     def _check(self, result: BatchResult) -> None:
         self.failures += [f"{f.reason}: {f.error}" for f in result.failed]
@@ -62,8 +60,7 @@ class Stream:
     async def ingest(self, records: list[Record]) -> BatchResult:
         """One ingest batch, its deferred writes made as the runtime makes them."""
         result = await ingest.handle(records, self.ingest_deps)
-        for write in result.writes:
-            await write(result)
+        await result.make_writes()
         return result
 
     async def run(self, records: list[Record]) -> None:
