@@ -7,10 +7,12 @@ One synthetic tenant (``benchmarks.synthetic``, as ``python -m benchmarks query`
 Redis of its own, one query service process on the default (ONNX) embedder, the benchmark's own
 HTTP load generator. For c = 1 and 16, gaama and semantic run in two rounds in the order A B B A;
 each line is one run: p50, QPS, the CPU milliseconds per search of each process (user +
-system), and the service's garbage collections in the run (``gaama_query_gc_pause_seconds``:
-their count and milliseconds per search). At c=16 one service process and Redis share the
-machine's cores, so the ratio of the modes' total CPU per search bounds the ratio of their
-throughput.
+system), of the service's event-loop thread alone (``loop``, with the share of the run's wall
+time it was busy), and the service's garbage collections in the run
+(``gaama_query_gc_pause_seconds``: their count and milliseconds per search). At c=16 one
+service process and Redis share the machine's cores, so the ratio of the modes' total CPU per
+search bounds the ratio of their throughput; a loop busy near 100 % bounds it sooner (the loop
+runs everything of a request but the embedding's onnxruntime threads).
 """
 
 from __future__ import annotations
@@ -53,9 +55,11 @@ async def gc_pauses(url: str) -> tuple[float, float]:
     return count, total
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU of a process so far (``/proc/<pid>/stat``, fields 14 and 15)."""
-    with open(f"/proc/{pid}/stat") as f:
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU of a process so far (``/proc/<pid>/stat``, fields 14 and 15), or of one
+    of its threads (``/proc/<pid>/task/<thread>/stat``)."""
+    path = f"/proc/{pid}/task/{thread}/stat" if thread is not None else f"/proc/{pid}/stat"
+    with open(path) as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -89,12 +93,14 @@ async def measure(url: str, redis_pid: int, directory: Path, nodes: int, request
             for mode in (*MODES, *reversed(MODES)):
                 collections, paused = await gc_pauses(service.url)
                 before = {name: cpu_seconds(pid) for name, pid in pids.items()}
+                loop_before = cpu_seconds(pids["service"], pids["service"])  # the main thread
                 spec = RunSpec(nodes, concurrency, mode, requests)
                 observed, wall = await run_queries(
                     service.url, KEY, spec, texts, False, first_text=first
                 )
                 first += requests
                 cpu = {n: (cpu_seconds(p) - before[n]) * 1000 / requests for n, p in pids.items()}
+                loop = cpu_seconds(pids["service"], pids["service"]) - loop_before
                 collections_after, paused_after = await gc_pauses(service.url)
                 latencies = sorted(observed.latencies_ms)
                 print(
@@ -102,6 +108,7 @@ async def measure(url: str, redis_pid: int, directory: Path, nodes: int, request
                     f"  {requests / wall:6.1f} qps  "
                     + "  ".join(f"{name} {ms:.2f}" for name, ms in cpu.items())
                     + f"  total {sum(cpu.values()):.2f}"
+                    + f"  loop {loop * 1000 / requests:.2f} (busy {loop / wall:.0%})"
                     + f"  gc {collections_after - collections:.0f}x"
                     + f" {(paused_after - paused) * 1000 / requests:.2f}"
                     + (f"  errors {observed.errors}" if observed.errors else "")
