@@ -1,11 +1,23 @@
 """The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
-``fairness``, ``pipeline``, ``chaos``, ``shutdown``."""
+``fairness``, ``pipeline``, ``chaos``, ``shutdown``, and ``paired`` (two runs of a LoCoMo ranks file
+compared question by question)."""
 
 from __future__ import annotations
 
 import argparse
 
-from benchmarks import chaos, embed, fairness, forget, ingest, locomo, pipeline, query, shutdown
+from benchmarks import (
+    chaos,
+    embed,
+    fairness,
+    forget,
+    ingest,
+    locomo,
+    paired,
+    pipeline,
+    query,
+    shutdown,
+)
 from gaama.cli import run
 
 PROG = "python -m benchmarks"
@@ -14,7 +26,18 @@ PROG = "python -m benchmarks"
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROG, description=__doc__)
     sub = p.add_subparsers(dest="benchmark", required=True, metavar="BENCHMARK")
-    for module in (locomo, query, ingest, embed, forget, fairness, pipeline, chaos, shutdown):
+    for module in (
+        locomo,
+        query,
+        ingest,
+        embed,
+        forget,
+        fairness,
+        pipeline,
+        chaos,
+        shutdown,
+        paired,
+    ):
         module.register(sub)
     return p
 
