@@ -36,12 +36,13 @@ from gaama import ids
 from gaama.client import AsyncGaamaClient
 from gaama.config import Settings
 from gaama.events import describe
-from gaama.metrics import McpMetrics
+from gaama.metrics import McpMetrics, loop_metrics
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX
 from services.mcp import handlers as h
 from services.mcp.settings import McpSettings
 from services.runtime.auth import Authenticator, AuthError, api_key_from_headers
 from services.runtime.http import metrics_refused
+from services.runtime.loop_monitor import LoopMonitor
 
 log = logging.getLogger("gaama.mcp")
 
@@ -510,12 +511,16 @@ def create_http_app(
             return refused
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
+    loop = LoopMonitor(loop_metrics("mcp", registry))
+
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
         async with server.session_manager.run():
+            monitor = loop.start()
             try:
                 yield
             finally:
+                monitor.cancel()
                 await gw.aclose()
 
     return Starlette(

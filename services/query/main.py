@@ -29,6 +29,7 @@ from gaama.metrics import (
     forget_metrics,
     gc_pause_metric,
     llm_metrics,
+    loop_metrics,
     query_metrics,
 )
 from gaama.retrieval.search import Retriever
@@ -38,6 +39,7 @@ from services.query.handlers import Answerer, QueryDeps
 from services.query.memories import ForgetDeps
 from services.runtime.bootstrap import connect_stores
 from services.runtime.heap import settle_heap
+from services.runtime.loop_monitor import LoopMonitor
 from services.runtime.producer import EventProducer
 from services.runtime.shutdown import stop_reserve
 
@@ -74,6 +76,7 @@ def build(settings: Settings) -> FastAPI:
     registry = CollectorRegistry()
     metrics = query_metrics(registry)
     gc_pauses = gc_pause_metric("query", registry)
+    loop = LoopMonitor(loop_metrics("query", registry))
     # Concurrent requests' query encodes share one batch (GAAMA_EMBED_COALESCE_MS; 0 = off).
     embedder = coalesce.for_queries(
         build_embedder(query_embedder_settings(settings), embed_metrics("query", registry)),
@@ -103,10 +106,12 @@ def build(settings: Settings) -> FastAPI:
         if warm is not None:
             await asyncio.to_thread(warm)  # load the model before taking traffic
         settle_heap(settings, gc_pauses)
+        monitor = loop.start()
         log.info("query service ready: embedder=%s llm=%s", embedder.name, settings.llm_enabled)
         try:
             yield
         finally:
+            monitor.cancel()
             for client in owned:
                 await client.aclose()
             await stores.aclose()

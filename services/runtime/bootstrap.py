@@ -18,7 +18,13 @@ from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.errors import ConfigError, GaamaError
 from gaama.forgetting import Forgetting
-from gaama.metrics import StageMetrics, embed_metrics, gc_pause_metric, stage_metrics
+from gaama.metrics import (
+    StageMetrics,
+    embed_metrics,
+    gc_pause_metric,
+    loop_metrics,
+    stage_metrics,
+)
 from gaama.store import connect
 from gaama.store.chunks import ChunkStore
 from gaama.store.durability import Durability
@@ -28,6 +34,7 @@ from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 from services.runtime.heap import settle_heap
 from services.runtime.logs import limit_repeats
+from services.runtime.loop_monitor import LoopMonitor
 from services.runtime.readiness import stores_ready
 from services.runtime.shutdown import start_watchdog
 from services.runtime.worker import StageApp
@@ -164,6 +171,8 @@ def serve(
     embedder = build_embedder(settings, embed_metrics(name, registry))
     stores = connect_stores(settings, embedder.dim)
     app = wire(Service(name, settings, registry, metrics, embedder, stores))
+    # How busy the worker's event loop is (started with the app's other tasks, stopped with it).
+    app.task(LoopMonitor(loop_metrics(name, registry)).run)
     return run_worker(
         app,
         settings,

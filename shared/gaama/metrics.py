@@ -161,6 +161,34 @@ def gc_pause_metric(service: str, registry: CollectorRegistry) -> Histogram:
     )
 
 
+#: Lag of the event loop: how late a timer set for now fires (ms to seconds).
+LOOP_LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+@dataclass
+class LoopMetrics:
+    """How busy a service's event loop is: how late its timers fire, and the CPU time of the
+    thread that runs it (``rate()`` of it is the share of time the loop was busy)."""
+
+    lag: Histogram
+    cpu: Counter
+
+
+def loop_metrics(service: str, registry: CollectorRegistry) -> LoopMetrics:
+    d = Declare(service, registry)
+    return LoopMetrics(
+        lag=d.histogram(
+            "event_loop_lag_seconds",
+            "How late the event loop ran a timer due now: time every request waits for the loop",
+            buckets=LOOP_LAG_BUCKETS,
+        ),
+        cpu=d.counter(
+            "event_loop_cpu_seconds",
+            "CPU time of the event loop's thread; its rate is the share of time the loop was busy",
+        ),
+    )
+
+
 @dataclass
 class LLMMetrics:
     calls: Counter

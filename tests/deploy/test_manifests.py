@@ -73,6 +73,7 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.stage_metrics("ingest", r),
         lambda r: gm.embed_metrics("ingest", r),
         lambda r: gm.gc_pause_metric("ingest", r),
+        lambda r: gm.loop_metrics("ingest", r),
     ],
     "extract": [
         lambda r: gm.stage_metrics(
@@ -80,12 +81,14 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         ),
         lambda r: gm.embed_metrics("extract", r),
         lambda r: gm.gc_pause_metric("extract", r),
+        lambda r: gm.loop_metrics("extract", r),
         lambda r: gm.llm_metrics("extract", r),
     ],
     "reflect": [
         lambda r: gm.stage_metrics("reflect", r),
         lambda r: gm.embed_metrics("reflect", r),
         lambda r: gm.gc_pause_metric("reflect", r),
+        lambda r: gm.loop_metrics("reflect", r),
         lambda r: gm.llm_metrics("reflect", r),
         lambda r: gm.forget_metrics("reflect", r),
     ],
@@ -93,10 +96,11 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         gm.query_metrics,
         lambda r: gm.embed_metrics("query", r),
         lambda r: gm.gc_pause_metric("query", r),
+        lambda r: gm.loop_metrics("query", r),
         lambda r: gm.graph_size_gauge("query", r),
         lambda r: gm.forget_metrics("query", r),
     ],
-    "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS)],
+    "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS), lambda r: gm.loop_metrics("mcp", r)],
 }
 # Series that do not come from our code, each with where it comes from.
 EXTERNAL_METRICS = {
@@ -725,6 +729,7 @@ def test_required_alerts_exist_with_runbooks() -> None:
         "GaamaRedisMemoryHigh",
         "GaamaStageStalled",
         "GaamaConsumerNoProgress",
+        "GaamaEventLoopSaturated",
     } <= names
     headings = {
         re.sub(r"[^a-z0-9 -]", "", h.strip().lower()).replace(" ", "-")

@@ -167,6 +167,29 @@ async def test_http_refuses_requests_without_a_known_key(stack_services):
     assert 'gaama_mcp_tool_calls_total{tool="search_memory"}' in metrics
 
 
+async def test_every_service_reports_its_event_loop(stack_services):
+    """ingest (a faust worker), query and the MCP gateway (uvicorn apps) each sample their event
+    loop: lag observations and the CPU time of the loop's thread show in /metrics."""
+
+    def value(text: str, name: str) -> float:
+        lines = [line for line in text.splitlines() if line.startswith(name + " ")]
+        return float(lines[0].split()[1]) if lines else 0.0
+
+    for service in ("ingest", "query", "mcp"):
+        url = stack_services[service].url
+
+        async def sampled(url: str = url, service: str = service) -> bool:
+            async with httpx.AsyncClient(timeout=5) as http:
+                text = (await http.get(f"{url}/metrics")).text
+            prefix = f"gaama_{service}_event_loop"
+            return (
+                value(text, f"{prefix}_lag_seconds_count") >= 2
+                and value(text, f"{prefix}_cpu_seconds_total") > 0
+            )
+
+        await wait_for(sampled, timeout=30)
+
+
 async def test_bad_input_and_a_service_down_are_tool_errors(stack_services):
     urls, mcp_url = stack_services["urls"], stack_services["mcp"].url
     bad = [
