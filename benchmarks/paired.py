@@ -3,8 +3,9 @@
 Per LoCoMo category it prints how many questions gained or lost, the mean difference, and a
 paired bootstrap interval for it.
 
-RANKS is the file ``python -m benchmarks locomo --ranks PATH`` writes. For each question it holds
-the category, the evidence turns and, for every asked mode (``gaama``) or variant
+RANKS is the file ``python -m benchmarks locomo --ranks PATH`` writes. (``--b-ranks`` reads B from
+a second such file, such as a run with another embedder, matched question by question.) For each
+question it holds the category, the evidence turns and, for every asked mode (``gaama``) or variant
 (``gaama:off``), each evidence turn's rank in the ranked list (null past its end) and whether the
 packed memory covers it. A and B name two of those keys. Per question, R@k is the share of its
 evidence turns ranked at most k, and R@budget is the share the packed memory covers, as
@@ -137,13 +138,44 @@ def table(rows: Sequence[Row], a: str, b: str) -> str:
     return "\n".join(lines)
 
 
-def _cli(args: argparse.Namespace) -> int:
+def _read(path: str) -> Any:
     try:
-        entries = json.loads(Path(args.ranks).read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise ValidationError(f"cannot read the ranks file {args.ranks}: {exc}") from exc
-    rows = compare(entries, args.a, args.b, args.k, args.resamples)
-    print(table(rows, args.a, args.b))
+        raise ValidationError(f"cannot read the ranks file {path}: {exc}") from exc
+
+
+def merge(
+    entries: Sequence[Mapping[str, Any]], other: Sequence[Mapping[str, Any]], key: str, label: str
+) -> list[dict[str, Any]]:
+    """``entries`` with ``other``'s run ``key`` added as ``label``, question by question (matched
+    by conversation and question; both files must hold the same questions and evidence)."""
+    if not isinstance(other, list) or not all(isinstance(e, dict) for e in other):
+        raise ValidationError("not a ranks file: expected a list of questions")
+
+    def ident(e: Mapping[str, Any]) -> tuple[str, str]:
+        return (str(e.get("conversation")), str(e.get("question")))
+
+    theirs = {ident(e): e for e in other}
+    if len(theirs) != len(other) or {ident(e) for e in entries} != set(theirs):
+        raise ValidationError("the two ranks files do not hold the same questions")
+    out = []
+    for e in entries:
+        o = theirs[ident(e)]
+        if sorted(o["evidence"]) != sorted(e["evidence"]) or key not in o:
+            why = "its evidence differs" if key in o else f"{key!r} is not asked"
+            raise ValidationError(f"question {e['question']!r}: {why} in the second file")
+        out.append({**e, label: o[key]})
+    return out
+
+
+def _cli(args: argparse.Namespace) -> int:
+    entries, b = _read(args.ranks), args.b
+    if args.b_ranks is not None:
+        b = f"{args.b} ({args.b_ranks})"
+        entries = merge(entries, _read(args.b_ranks), args.b, b)
+    rows = compare(entries, args.a, b, args.k, args.resamples)
+    print(table(rows, args.a, b))
     return 0
 
 
@@ -158,6 +190,11 @@ def register(sub: SubParsers) -> None:
     p.add_argument("ranks", help="the file `python -m benchmarks locomo --ranks PATH` wrote")
     p.add_argument("a", help="the run compared against, e.g. gaama:off")
     p.add_argument("b", help="the run compared, e.g. gaama")
+    p.add_argument(
+        "--b-ranks",
+        metavar="PATH",
+        help="read B from this ranks file instead (another run on the same questions)",
+    )
     p.add_argument("--k", type=int, default=10, help="R@k besides R@budget (ranks hold the top 20)")
     p.add_argument("--resamples", type=int, default=10_000, help="bootstrap resamples")
     p.set_defaults(func=_cli)

@@ -11,7 +11,7 @@ import pytest
 
 from benchmarks.cli import main
 from benchmarks.metrics import recall, recall_at
-from benchmarks.paired import compare, question_recall
+from benchmarks.paired import compare, merge, question_recall
 from gaama.errors import ValidationError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -92,3 +92,35 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert "not a ranks file" in capsys.readouterr().err
     assert main(["paired", str(tmp_path / "missing.json"), "a", "b"]) == 2
     assert "cannot read the ranks file" in capsys.readouterr().err
+
+
+def test_b_from_a_second_file_is_matched_question_by_question(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = [
+        {**entry(1, ["a"], gaama=({"a": 3}, {"a": True})), "question": "q1"},
+        {**entry(2, ["b", "c"], gaama=({"b": 12, "c": None}, {"b": True})), "question": "q2"},
+    ]
+    # The other run lists the questions in another order; q2 gains "c" at rank 4.
+    second = [
+        {**entry(2, ["c", "b"], gaama=({"b": 12, "c": 4}, {"b": True})), "question": "q2"},
+        {**entry(1, ["a"], gaama=({"a": 3}, {"a": True})), "question": "q1"},
+    ]
+    rows = {
+        (r.category, r.metric): r for r in compare(merge(first, second, "gaama", "B"), "gaama", "B")
+    }
+    assert (rows[(2, "R@10")].a, rows[(2, "R@10")].b, rows[(2, "R@10")].gained) == (0.0, 0.5, 1)
+    assert rows[(1, "R@10")].b == rows[(1, "R@10")].a == 1.0
+    a_path, b_path = tmp_path / "a.json", tmp_path / "b.json"
+    a_path.write_text(json.dumps(first))
+    b_path.write_text(json.dumps(second))
+    assert main(["paired", str(a_path), "gaama", "gaama", "--b-ranks", str(b_path)]) == 0
+    assert f"B = gaama ({b_path})" in capsys.readouterr().out
+    # Not the same questions, or not the same evidence: refused with the reason.
+    with pytest.raises(ValidationError, match="do not hold the same questions"):
+        merge(first, second[:1], "gaama", "B")
+    changed = [{**second[0], "evidence": ["b"]}, second[1]]
+    with pytest.raises(ValidationError, match="'q2': its evidence differs"):
+        merge(first, changed, "gaama", "B")
+    with pytest.raises(ValidationError, match="'semantic' is not asked"):
+        merge(first, second, "semantic", "B")
