@@ -6,14 +6,15 @@ import asyncio
 
 import numpy as np
 import pytest
-import redis
 
 from gaama import ids
 from gaama.errors import DimensionMismatch, StoreUnavailable, ValidationError
 from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind, is_hub, walk_weight
+from gaama.retrieval.pack import RETURNED_KINDS
 from gaama.retrieval.scoring import cosine
 from gaama.store.codecs import VECTOR_FIELD, stored_vectors, vector_fields
 from gaama.store.graph import GraphStore
+from gaama.store.subgraph import ReadAhead
 from gaama.store.vectors import VectorIndex
 
 pytestmark = pytest.mark.requires_stack
@@ -351,67 +352,82 @@ async def test_the_degree_index_follows_every_adjacency_write(
     assert not await redis_client.exists(keys.degrees(t))
 
 
-async def test_read_vectors_reads_the_first_nodes_with_a_vector(graph: GraphStore):
-    """The read-ahead returns, in the order asked, the stored fields and vector of the first
-    ``limit`` nodes that have a vector of the index's dimension; nothing of another tenant."""
+def _ahead(dim: int, limit: int = 10, held: tuple[str, ...] = (), fields=None) -> ReadAhead:
+    fields = ("text", "turn_id", VECTOR_FIELD) if fields is None else fields
+    return ReadAhead(fields=fields, dim=dim, limit=limit, kinds=RETURNED_KINDS, held=held)
+
+
+async def test_expansion_reads_ahead_the_first_admitted_nodes_with_a_vector(
+    graph: GraphStore, redis_client, keys
+):
+    """The expansion's read-ahead returns, in admission order, the stored fields and vector of
+    the first ``limit`` admitted nodes past the seeds that are of a returned kind, not held
+    already and have a vector of the index's dimension; nothing of another tenant."""
     t, dim = "acme", 8
-    rng = np.random.default_rng(7)
-
-    def with_vector(node: Node, vector: bool = True) -> Node:
-        node.vector = rng.standard_normal(dim).astype(np.float32).tolist() if vector else None
-        return node
-
-    n = {
-        "e1": with_vector(_node(t, NodeKind.EPISODE, "e1", "c1")),
-        "r": with_vector(_node(t, NodeKind.REFLECTION, "r", "c1")),
-        "f2": with_vector(_node(t, NodeKind.FACT, "f2", "c1"), vector=False),
-        "f3": with_vector(_node(t, NodeKind.FACT, "f3", "c1")),
-    }
-    await graph.write(t, list(n.values()), [])
+    n = await _star_and_chain(graph, t)  # admits f0 (seed), e1, c, hub, e2, f2, f3
     name = {node.id: k for k, node in n.items()}
-    order = [n[k].id for k in ("r", "f2", "e1", "f3")] + ["fa_missing"]
-    fields = ("text", "turn_id", VECTOR_FIELD)
-    shown, vectors = await graph.read_vectors(t, order, fields=fields, dim=dim, limit=10)
-    assert [name[i] for i, _ in shown] == ["r", "e1", "f3"]  # f2 has no vector: passed over
-    assert shown[0][1] == {"text": "text of r"}  # an absent field is left out
-    assert shown[1][1] == {"text": "text of e1", "turn_id": "turn-e1"}
-    assert vectors.shape == (3, dim) and vectors.dtype == np.float32
-    for (node, _), vector in zip(shown, vectors, strict=True):  # each node's float16 vector
-        stored = np.asarray(n[name[node]].vector, dtype=np.float32)
+    rng = np.random.default_rng(7)
+    vectors = {k: rng.standard_normal(dim).astype(np.float32) for k in ("e1", "e2", "f3", "c")}
+    for k, vector in vectors.items():
+        await redis_client.hset(keys.node(t, n[k].id), mapping=vector_fields(vector))
+    common = {"hops": 2, "hub_degree": 50, "max_nodes": 500, "type_weights": EDGE_TYPE_WEIGHTS}
+    seed = [n["f0"].id]
+    sub = await graph.expand(t, seed, read_ahead=_ahead(dim), **common)
+    # e1 and e2 (episodes) and f3 have vectors; f2 has none, concepts are never returned
+    assert [name[i] for i, _ in sub.shown] == ["e1", "e2", "f3"]
+    assert sub.shown[0][1] == {"text": "text of e1", "turn_id": "turn-e1"}
+    assert sub.shown[2][1] == {"text": "text of f3"}  # an absent field is left out
+    assert sub.vectors.shape == (3, dim) and sub.vectors.dtype == np.float32
+    for (node, _), vector in zip(sub.shown, sub.vectors, strict=True):  # each float16 vector
+        stored = vectors[name[node]]
         assert np.array_equal(vector, stored_vectors([vector_fields(stored)[VECTOR_FIELD]], dim)[0])
         assert cosine(vector[None, :], stored)[0] > 0.9999
-    # the first N with a vector only
-    two, two_vectors = await graph.read_vectors(t, order, fields=fields, dim=dim, limit=2)
-    assert [name[i] for i, _ in two] == ["r", "e1"] and two_vectors.shape == (2, dim)
+    # the read-ahead changes nothing of the expansion itself
+    plain = await graph.expand(t, seed, **common)
+    assert plain.nodes == sub.nodes and np.array_equal(plain.edges, sub.edges)
+    assert plain.shown == [] and plain.vectors.size == 0
+    # the first N only; candidates already held are passed over
+    two = await graph.expand(t, seed, read_ahead=_ahead(dim, limit=2), **common)
+    assert [name[i] for i, _ in two.shown] == ["e1", "e2"] and two.vectors.shape == (2, dim)
+    held = await graph.expand(t, seed, read_ahead=_ahead(dim, held=(n["e1"].id,)), **common)
+    assert [name[i] for i, _ in held.shown] == ["e2", "f3"]
     # a vector of another dimension is not this index's: passed over
-    other_dim, _ = await graph.read_vectors(t, order, fields=fields, dim=dim + 1, limit=10)
-    assert other_dim == []
-    # another tenant's ids reach nothing
-    other, other_vectors = await graph.read_vectors("other", order, fields=fields, dim=dim, limit=9)
-    assert other == [] and other_vectors.shape == (0, dim)
-    assert (await graph.read_vectors(t, [], fields=fields, dim=dim, limit=9))[0] == []
+    other_dim = await graph.expand(t, seed, read_ahead=_ahead(dim + 1), **common)
+    assert other_dim.shown == [] and other_dim.vectors.shape == (0, dim + 1)
+    # another tenant's seed reaches nothing, so reads nothing
+    other = await graph.expand("other", seed, read_ahead=_ahead(dim), **common)
+    assert other.shown == [] and other.vectors.shape == (0, dim)
+    # the scripts flushed (a Redis restart): the call sends the script's source instead
+    await redis_client.script_flush()
+    again = await graph.expand(t, seed, read_ahead=_ahead(dim), **common)
+    assert again.shown == sub.shown and np.array_equal(again.vectors, sub.vectors)
 
 
-async def test_read_vectors_passes_over_a_vector_of_another_form(
+async def test_the_read_ahead_passes_over_a_vector_of_another_form(
     graph: GraphStore, redis_client, keys
 ):
     """A node holding only the old float32 vector (not yet migrated) or a vector of the wrong
     size is passed over, as the index passes over it; the others are read."""
     t, dim = "acme", 8
+    n = await _star_and_chain(graph, t)
     rng = np.random.default_rng(3)
-    old, bad, new = (_node(t, NodeKind.FACT, i, "c1") for i in ("old", "bad", "new"))
-    for node in (old, bad, new):
-        node.vector = rng.standard_normal(dim).astype(np.float32).tolist()
-    await graph.write(t, [old, bad, new], [])
-    f32 = np.asarray(old.vector, dtype=np.float32).tobytes()
-    await redis_client.hdel(keys.node(t, old.id), VECTOR_FIELD)
-    await redis_client.hset(keys.node(t, old.id), "embedding", f32)
-    await redis_client.hset(keys.node(t, bad.id), VECTOR_FIELD, b"\x01\x02")
-    shown, vectors = await graph.read_vectors(
-        t, [old.id, bad.id, new.id], fields=["text"], dim=dim, limit=5
+    for k in ("e1", "e2", "f3"):
+        vector = rng.standard_normal(dim).astype(np.float32)
+        await redis_client.hset(keys.node(t, n[k].id), mapping=vector_fields(vector))
+    await redis_client.hdel(keys.node(t, n["e1"].id), VECTOR_FIELD)
+    f32 = rng.standard_normal(dim).astype(np.float32).tobytes()
+    await redis_client.hset(keys.node(t, n["e1"].id), "embedding", f32)
+    await redis_client.hset(keys.node(t, n["e2"].id), VECTOR_FIELD, b"\x01\x02")
+    sub = await graph.expand(
+        t,
+        [n["f0"].id],
+        hops=2,
+        hub_degree=50,
+        max_nodes=500,
+        type_weights=EDGE_TYPE_WEIGHTS,
+        read_ahead=_ahead(dim, fields=["text"]),
     )
-    assert [i for i, _ in shown] == [new.id] and vectors.shape == (1, dim)
-    assert cosine(vectors, np.asarray(new.vector, dtype=np.float32))[0] > 0.9999
+    assert [i for i, _ in sub.shown] == [n["f3"].id] and sub.vectors.shape == (1, dim)
 
 
 async def test_provenance_is_resolved_in_one_read(graph: GraphStore, embedder):
@@ -468,12 +484,11 @@ async def test_read_ahead_similarity_equals_the_index_similarity(
         hub_degree=50,
         max_nodes=500,
         type_weights=EDGE_TYPE_WEIGHTS,
+        read_ahead=_ahead(len(q)),
     )
     # the NEXT chain reaches the other two turns of this tenant, never the other tenant's
     assert sub.nodes == [e.id for e in eps]
-    shown, vectors = await graph.read_vectors(
-        "acme", sub.nodes[1:], fields=["text", "turn_id"], dim=len(q), limit=10
-    )
+    shown, vectors = sub.shown, sub.vectors
     assert [f for _, f in shown] == [{"text": e.text, "turn_id": e.turn_id} for e in eps[1:]]
     hits = {h.id: h.similarity for h in await index.knn("acme", q, 3)}
     assert set(hits) == {e.id for e in eps}
@@ -512,62 +527,3 @@ async def test_a_conversation_of_a_thousand_turns_keeps_a_listpack_chain(
         await graph.append_episodes(nodes[i : i + 100])
     assert await redis_client.zcard(keys.chain("acme", "c")) == 1000
     assert await redis_client.object("encoding", keys.chain("acme", "c")) == b"listpack"
-
-
-async def test_read_during_sends_the_request_before_the_work(
-    graph: GraphStore, redis_client, settings, keys
-):
-    """``read_vectors_during`` writes its request before ``work`` runs (Redis has executed it by
-    the time another connection asks), returns work's result with the same read as
-    ``read_vectors``, survives a script flush, and drops its connection if work fails."""
-    t, dim = "acme", 8
-    rng = np.random.default_rng(5)
-    nodes = [_node(t, NodeKind.FACT, f"f{i}", "c1") for i in range(3)]
-    for node in nodes:
-        node.vector = rng.standard_normal(dim).astype(np.float32).tolist()
-    await graph.write(t, nodes, [])
-    ids = [n.id for n in nodes]
-    probe = redis.Redis.from_url(settings.redis_url)
-    if settings.redis_cluster:  # the primary holding the tenant's slot runs the script
-        node = redis.RedisCluster.from_url(settings.redis_url).get_node_from_key(keys.node(t, ""))
-        probe = redis.Redis(host=node.host, port=node.port)
-
-    def evalsha_calls() -> int:
-        return int(probe.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0))
-
-    def work() -> int:  # runs in the event loop's thread, blocking it: Redis must have the call
-        return evalsha_calls()
-
-    before = evalsha_calls()
-    shown, vectors, seen = await graph.read_vectors_during(
-        t, ids, fields=["text"], dim=dim, limit=5, work=work
-    )
-    assert seen == before + 1
-    plain, plain_vectors = await graph.read_vectors(t, ids, fields=["text"], dim=dim, limit=5)
-    assert shown == plain and np.array_equal(vectors, plain_vectors)
-    # nothing to read: the work still runs
-    assert (await graph.read_vectors_during(t, [], fields=[], dim=dim, limit=5, work=lambda: 7))[
-        2
-    ] == 7
-    # scripts flushed (a Redis restart): the script's source is sent instead
-    await redis_client.script_flush()
-    again, _, _ = await graph.read_vectors_during(
-        t, ids, fields=["text"], dim=dim, limit=5, work=lambda: None
-    )
-    assert again == plain
-
-    def fail() -> None:
-        raise RuntimeError("walk failed")
-
-    with pytest.raises(RuntimeError, match="walk failed"):
-        await graph.read_vectors_during(t, ids, fields=["text"], dim=dim, limit=5, work=fail)
-    # the connection with the unread reply was dropped: the pool still answers correctly
-    assert (await graph.read_vectors(t, ids, fields=["text"], dim=dim, limit=5))[0] == plain
-    assert await redis_client.ping()
-    # Redis drops every pooled connection (as on a restart): the call reconnects and succeeds
-    probe.client_kill_filter(_type="normal", skipme=True)
-    again, _, walked = await graph.read_vectors_during(
-        t, ids, fields=["text"], dim=dim, limit=5, work=lambda: "walked"
-    )
-    assert again == plain and walked == "walked"
-    probe.close()

@@ -15,8 +15,9 @@ from redis.exceptions import ResponseError
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.errors import ConfigError
-from gaama.ids import fact_id
-from gaama.model import Node, NodeKind
+from gaama.ids import concept_id, fact_id
+from gaama.model import EDGE_TYPE_WEIGHTS, Edge, EdgeKind, Node, NodeKind
+from gaama.retrieval.pack import RETURNED_KINDS
 from gaama.store.codecs import (
     LEGACY_COMPACT_FIELD,
     LEGACY_VECTOR_FIELD,
@@ -27,6 +28,7 @@ from gaama.store.codecs import (
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.migrate import migrate_index
+from gaama.store.subgraph import ReadAhead
 from gaama.store.vectors import VectorIndex
 
 DIM = 384
@@ -111,16 +113,33 @@ async def test_old_vectors_are_refused_then_migrated_in_place(
                 assert VECTOR_FIELD in fields
                 assert not fields & {LEGACY_VECTOR_FIELD, LEGACY_COMPACT_FIELD}
         await _assert_found(index, data)
-        # the read-ahead reads the converted vectors
-        graph = GraphStore(redis_client, keys)
-        ids = [i for i, _ in data["acme"]]
-        shown, vectors = await graph.read_vectors("acme", ids, fields=["text"], dim=DIM, limit=9)
-        assert [i for i, _ in shown] == ids
-        want = np.stack([v for _, v in data["acme"]])
-        assert np.abs(vectors - want).max() < 1e-3
         again = await migrate_index(redis_client, index)
         assert not again.dropped_old_index and again.nodes_updated == 0
         assert again.nodes_seen == total and again.indexed == total
+        # the expansion's read-ahead reads the converted vectors (the facts linked to a concept)
+        graph = GraphStore(redis_client, keys)
+        facts = dict(data["acme"])
+        topic = Node(
+            id=concept_id("acme", "topic"),
+            tenant="acme",
+            kind=NodeKind.CONCEPT,
+            text="topic",
+        )
+        links = [Edge(f, topic.id, EdgeKind.ABOUT_CONCEPT, 1.0) for f in facts]
+        await graph.write("acme", [topic], links)
+        ahead = ReadAhead(fields=["text"], dim=DIM, limit=9, kinds=RETURNED_KINDS, held=())
+        sub = await graph.expand(
+            "acme",
+            [topic.id],
+            hops=1,
+            hub_degree=50,
+            max_nodes=50,
+            type_weights=EDGE_TYPE_WEIGHTS,
+            read_ahead=ahead,
+        )
+        assert sorted(i for i, _ in sub.shown) == sorted(facts)
+        want = np.stack([facts[i] for i, _ in sub.shown])
+        assert np.abs(sub.vectors - want).max() < 1e-3
     finally:
         await index.drop()
 

@@ -19,7 +19,6 @@ from gaama.retrieval.pack import (
     total_words,
 )
 from gaama.retrieval.scoring import cosine
-from gaama.retrieval.search import read_ahead_order
 
 F, R, E, C = NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE, NodeKind.CONCEPT
 
@@ -177,15 +176,6 @@ def test_cosine_matches_the_definition_and_gives_zero_for_a_zero_vector():
         assert value == pytest.approx(float(row @ query) / norm if norm else 0.0, abs=1e-6)
     assert got[2] == 0.0
     assert cosine(np.zeros((0, 6), dtype=np.float32), query).shape == (0,)
-
-
-def test_read_ahead_order_keeps_admission_order_and_skips_seeds_pool_and_concepts() -> None:
-    """The read-ahead reads expanded nodes only: never a seed or a KNN-pool node (their
-    similarity is known), never a concept or an unknown id (never returned)."""
-    nodes = ["fa_seed", "ep_seed", "ep_1", "co_1", "fa_pool", "re_1", "fa_2", "xx_bad", "ep_3"]
-    pool = {"fa_seed", "ep_seed", "fa_pool", "ep_elsewhere"}
-    assert read_ahead_order(nodes, 2, pool) == ["ep_1", "re_1", "fa_2", "ep_3"]
-    assert read_ahead_order(nodes, len(nodes), pool) == []
 
 
 def test_ranked_list_says_each_turn_once() -> None:

@@ -5,15 +5,15 @@ expanded nodes, the walk, the time prior, and a candidate's stored fields shown 
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 
 from gaama.config import RetrievalSettings
 from gaama.model import NodeKind
-from gaama.retrieval.pack import RETURNED_KINDS, Item, Provenance
-from gaama.retrieval.ppr import PPRResult, personalized_pagerank, symmetric_adjacency
-from gaama.retrieval.scoring import cosine, node_kind
+from gaama.retrieval.pack import Item, Provenance
+from gaama.retrieval.ppr import PPRResult, csr_arrays, walk
+from gaama.retrieval.scoring import cosine
 from gaama.retrieval.timeq import Period, in_periods
 from gaama.store.subgraph import Expansion
 from gaama.store.vectors import LexicalHit
@@ -24,15 +24,9 @@ def ppr_size(sub: Expansion) -> int:
     return len(sub.nodes) + 2 * len(sub.edges)
 
 
-def read_ahead_order(nodes: Sequence[str], n_seeds: int, pool: Container[str]) -> list[str]:
-    """The expanded nodes the read-ahead may read, in admission order: ``nodes`` past the first
-    ``n_seeds`` (the seeds) that are of a returned kind and not in the KNN ``pool``."""
-    return [n for n in nodes[n_seeds:] if n not in pool and node_kind(n) in RETURNED_KINDS]
-
-
 def run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
-    return personalized_pagerank(
-        symmetric_adjacency(len(sub.nodes), sub.edges, unique=True),
+    return walk(
+        csr_arrays(len(sub.nodes), sub.edges, unique=True),
         restart,
         alpha=p.alpha,
         max_iter=p.max_iter,

@@ -61,9 +61,17 @@ def symmetric_adjacency(
     Returns:
         The weighted adjacency.
     """
+    return sparse.csr_matrix(csr_arrays(n, edges, unique=unique), shape=(n, n))
+
+
+def csr_arrays(
+    n: int, edges: Sequence[tuple[int, int, float]] | np.ndarray, *, unique: bool = False
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`symmetric_adjacency`'s CSR arrays ``(data, indices, indptr)``, without building
+    the SciPy matrix (whose checks cost more than the walk's arrays on a search's subgraph)."""
     arr = np.asarray(edges, dtype=np.float64).reshape(-1, 3)
     if not arr.size:
-        return sparse.csr_matrix((n, n), dtype=np.float64)
+        return np.zeros(0), np.zeros(0, dtype=np.int32), np.zeros(n + 1, dtype=np.int32)
     i, j, w = arr[:, 0].astype(np.int64), arr[:, 1].astype(np.int64), arr[:, 2]
     keep = (i != j) & (w > 0)
     lo, hi, w = np.minimum(i, j)[keep], np.maximum(i, j)[keep], w[keep]
@@ -83,18 +91,25 @@ def symmetric_adjacency(
     order = np.argsort(rows, kind="stable")
     indptr = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])
-    return sparse.csr_matrix((data[order], cols[order].astype(np.int32), indptr), shape=(n, n))
+    return data[order], cols[order].astype(np.int32), indptr
 
 
 def _row_scale(
-    adj: sparse.csr_matrix, degrees: np.ndarray | None, hub_degree: int, hub_dampening: float
+    data: np.ndarray,
+    indptr: np.ndarray,
+    degrees: np.ndarray | None,
+    hub_degree: int,
+    hub_dampening: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``P = diag(scale) · W``: per row, 1/row-sum (0 if dangling), times the dampening for
-    hubs. Also returns the row sums of ``W``."""
-    row_sums = adj @ np.ones(adj.shape[1])
+    """``P = diag(scale) · W`` for ``W`` in CSR (``data``, ``indptr``): per row, 1/row-sum (0
+    if dangling), times the dampening for hubs. Also returns the row sums of ``W``."""
+    n, counts = indptr.size - 1, np.diff(indptr)
+    # Each row's entries summed in order, as W·1 sums them (the same floating-point result).
+    rows = np.repeat(np.arange(n), counts)
+    row_sums = np.bincount(rows, weights=data, minlength=n).astype(np.float64, copy=False)
     scale = np.divide(1.0, row_sums, out=np.zeros_like(row_sums), where=row_sums > 0)
     if degrees is None:
-        degrees = np.diff(adj.indptr)
+        degrees = counts
     # Dampening multiplies the already-normalised row, so it cannot be normalised away.
     scale[is_hub(np.asarray(degrees), hub_degree)] *= hub_dampening
     return scale, row_sums
@@ -127,7 +142,34 @@ def personalized_pagerank(
     Returns:
         Scores summing to 1, the iterations taken and whether ``tol`` was reached.
     """
-    n = adjacency.shape[0]
+    adj = _as_csr(adjacency)
+    return walk(
+        (adj.data, adj.indices, adj.indptr),
+        restart,
+        alpha=alpha,
+        max_iter=max_iter,
+        tol=tol,
+        degrees=degrees,
+        hub_degree=hub_degree,
+        hub_dampening=hub_dampening,
+    )
+
+
+def walk(
+    csr: tuple[np.ndarray, np.ndarray, np.ndarray],
+    restart: np.ndarray,
+    *,
+    alpha: float = 0.6,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    degrees: np.ndarray | None = None,
+    hub_degree: int = 50,
+    hub_dampening: float = 0.5,
+) -> PPRResult:
+    """:func:`personalized_pagerank` on the adjacency's CSR arrays ``(data, indices, indptr)``
+    (:func:`csr_arrays`), float64 data."""
+    data, indices, indptr = csr
+    n = indptr.size - 1
     if n == 0:
         return PPRResult(np.zeros(0, dtype=np.float64), 0, True)
     if not 0.0 < alpha < 1.0:
@@ -140,13 +182,12 @@ def personalized_pagerank(
 
     # One step is x ← A·x + (α·leak(x) + 1 − α)·s with A = α·Pᵀ = α·Wᵀ·diag(scale): W's rows
     # scaled, then transposed (CSR's transpose is CSC over the same arrays, no copy).
-    adj = _as_csr(adjacency)
-    scale, row_sums = _row_scale(adj, degrees, hub_degree, hub_dampening)
+    scale, row_sums = _row_scale(data, indptr, degrees, hub_degree, hub_dampening)
     leak = alpha * (1.0 - scale * row_sums)  # per row: mass returned to restart, times α
-    rows_scaled = adj.data * np.repeat(alpha * scale, np.diff(adj.indptr))
+    rows_scaled = data * np.repeat(alpha * scale, np.diff(indptr))
     x = s.copy()
     restart_share = 1.0 - alpha
-    product = _transposed_product(adj, rows_scaled)
+    product = _transposed_product(indices, indptr, rows_scaled)
     nxt, diff = np.empty(n), np.empty(n)
     for it in range(1, max_iter + 1):
         product(x, nxt)
@@ -160,19 +201,19 @@ def personalized_pagerank(
 
 
 def _transposed_product(
-    adj: sparse.csr_matrix, data: np.ndarray
+    indices: np.ndarray, indptr: np.ndarray, data: np.ndarray
 ) -> Callable[[np.ndarray, np.ndarray], None]:
-    """``(x, out) ↦ out = Mᵀ·x`` for the matrix ``M`` with ``adj``'s structure and ``data``.
+    """``(x, out) ↦ out = Mᵀ·x`` for the square CSR matrix ``M`` (``data``, ``indices``,
+    ``indptr``).
 
     ``Mᵀ`` in CSC is ``M``'s CSR arrays as they are, so SciPy's CSC kernel computes the product
     in place — the same kernel and summation order as ``M.T @ x``, without that operator's
     per-call checks and allocation, which cost more than the product on a subgraph of a few
     hundred nodes (the walk runs it every iteration).
     """
-    n = adj.shape[0]
-    indptr, indices = adj.indptr, adj.indices
+    n = indptr.size - 1
     if _csc_matvec is None or indptr.dtype != indices.dtype:
-        step = sparse.csr_matrix((data, indices, indptr), shape=adj.shape).T
+        step = sparse.csr_matrix((data, indices, indptr), shape=(n, n)).T
 
         def public(x: np.ndarray, out: np.ndarray) -> None:
             out[:] = step @ x

@@ -63,13 +63,12 @@ from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
 from gaama.retrieval.candidates import (
     join_matches,
     ppr_size,
-    read_ahead_order,
     run_ppr,
     show,
     time_prior,
 )
 from gaama.retrieval.lexical import fuse, query_terms
-from gaama.retrieval.pack import Caps, Provenance, distinct_turns, pack
+from gaama.retrieval.pack import RETURNED_KINDS, Caps, Provenance, distinct_turns, pack
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.request import (
     BUDGET_MAX,
@@ -85,7 +84,7 @@ from gaama.retrieval.request import (
 from gaama.retrieval.scoring import cosine, score_candidates
 from gaama.retrieval.timeq import query_periods
 from gaama.store.graph import GraphStore
-from gaama.store.subgraph import Expansion
+from gaama.store.subgraph import Expansion, ReadAhead
 from gaama.store.vectors import VectorIndex
 
 # The request's bounds and result types are defined in gaama.retrieval.request; callers import
@@ -100,7 +99,6 @@ __all__ = [
     "Retriever",
     "SearchResult",
     "pool_size",
-    "read_ahead_order",
     "resolve_params",
 ]
 
@@ -225,45 +223,39 @@ class Retriever:
         if mode != "semantic" and sims:
             relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
             seeds = sorted(relevance, key=lambda n: (-relevance[n], n))[: p.seeds]
-            sub = await self._expand(tenant, seeds, p, subject, conversation)
+            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
+            # less similar than every pool node, so only the graph can lift it — the
+            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
+            # They are chosen among the first ``expanded_read`` returnable nodes the expansion
+            # admitted outside the candidates held (nearest the most similar seeds, heaviest
+            # edges first), whose fields and vectors the expansion's own call reads.
+            ahead = ReadAhead(
+                fields=_SHOWN,
+                dim=int(qvec.size),
+                limit=max(p.expanded_read, p.expanded_candidates),
+                kinds=RETURNED_KINDS,
+                held=sims.keys(),
+            )
+            sub = await self._expand(tenant, seeds, p, subject, conversation, ahead)
             lap("expand")
             restart = np.zeros(len(sub.nodes))
             restart[: len(seeds)] = [max(relevance[n], 0.0) for n in seeds]
             if not restart.any():  # no seed is similar at all: weigh them equally
                 restart[: len(seeds)] = 1.0
-            # Expanded nodes join the candidates by PPR: an expanded node outside the KNN pool is
-            # less similar than every pool node, so only the graph can lift it — the
-            # ``expanded_candidates`` with the most PPR mass are scored, the rest cannot compete.
-            # They are chosen among the first ``expanded_read`` returnable nodes the expansion
-            # admitted (nearest the most similar seeds, heaviest edges first), whose fields and
-            # vectors Redis reads while PPR runs.
-            outside = read_ahead_order(sub.nodes, len(seeds), sims)
-            dim, limit = int(qvec.size), max(p.expanded_read, p.expanded_candidates)
             if ppr_size(sub) <= p.ppr_inline_max:
-                # A bounded walk runs in this thread while Redis executes the read, the request
-                # already sent. Under CPython a worker thread
-                # holds the GIL while it computes, so for a short walk it frees nothing for the
-                # event loop and only adds two handoffs (``ppr_inline_max`` in the settings).
-                shown_ahead, ahead_vectors, result = await self.graph.read_vectors_during(
-                    tenant,
-                    outside,
-                    fields=_SHOWN,
-                    dim=dim,
-                    limit=limit,
-                    work=lambda: run_ppr(sub, restart, p),
-                )
+                # A bounded walk runs in this thread: under CPython a worker thread holds the GIL
+                # while it computes, so for a short walk it frees nothing for the event loop and
+                # only adds two handoffs (``ppr_inline_max`` in the settings).
+                result = run_ppr(sub, restart, p)
             else:  # a large walk: off the event loop, in a worker thread
-                (shown_ahead, ahead_vectors), result = await asyncio.gather(
-                    self.graph.read_vectors(tenant, outside, fields=_SHOWN, dim=dim, limit=limit),
-                    asyncio.to_thread(run_ppr, sub, restart, p),
-                )
+                result = await asyncio.to_thread(run_ppr, sub, restart, p)
             scores = dict(zip(sub.nodes, result.scores.tolist(), strict=True))
             iterations = result.iterations
-            ahead = sorted(
-                zip(shown_ahead, cosine(ahead_vectors, qvec).tolist(), strict=True),
+            read = sorted(
+                zip(sub.shown, cosine(sub.vectors, qvec).tolist(), strict=True),
                 key=lambda a: -scores[a[0][0]],
             )
-            for (node, fields), similarity in ahead[: p.expanded_candidates]:
+            for (node, fields), similarity in read[: p.expanded_candidates]:
                 sims[node], shown[node] = similarity, fields
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
@@ -307,6 +299,7 @@ class Retriever:
         p: RetrievalSettings,
         subject: str | None,
         conversation: str | None,
+        read_ahead: ReadAhead,
     ) -> Expansion:
         # One server-side call (GraphStore.expand): hubs are not expanded through — their edges
         # to nodes reached from elsewhere stay, but their hundreds of other neighbours never
@@ -321,6 +314,7 @@ class Retriever:
             type_weights=EDGE_TYPE_WEIGHTS,
             conversation=conversation,
             subject=subject,
+            read_ahead=read_ahead,
         )
 
     def _observe(self, result: SearchResult, seconds: float) -> None:

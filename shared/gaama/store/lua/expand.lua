@@ -13,11 +13,15 @@
 -- ARGV[5] max nodes   ARGV[6] conversation ('' = any)   ARGV[7] subject ('' = any)
 -- ARGV[8] concept id prefix   ARGV[9] type weights "KIND=w;..."
 -- ARGV[10] power of the stored weight in the walk weight   ARGV[11] fixed-point units
--- ARGV[12..] the seeds
--- Reply: {node ids, full degrees, edges i, j, w, i, j, w, ...}: each edge once, as indexes into
--- the ids and its walk weight in fixed-point units (integers cross the Lua boundary exactly and
--- parse without string handling). Keys are built from the prefixes: every key of a tenant shares
--- its hash slot.
+-- ARGV[12] read-ahead: how many nodes (0 = none)   ARGV[13] their fields, comma-separated: the
+-- shown fields, then the vector field   ARGV[14] bytes of a vector   ARGV[15] returned kinds' id
+-- prefixes, comma-separated   ARGV[16] the candidates already held, comma-separated
+-- ARGV[17..] the seeds
+-- Reply: {node ids, full degrees, edges, read-ahead}, packed to parse without an object per value:
+-- the ids comma-separated (node ids never hold a comma); the degrees as little-endian int32; each
+-- edge once as three little-endian float64: indexes into the ids and its walk weight in
+-- fixed-point units (integers, so the weight crosses exactly); the read-ahead as below. Keys are
+-- built from the prefixes: every key of a tenant shares its hash slot.
 local find, sub, call, num = string.find, string.sub, redis.call, tonumber
 local adjp, nodep = ARGV[1], ARGV[2]
 local hops, hub, cap = num(ARGV[3]), num(ARGV[4]), num(ARGV[5])
@@ -84,10 +88,11 @@ local function heavier(a, b)
 end
 local nodes, index = {}, {}
 local count = 0
-for i = 12, #ARGV do
+for i = 17, #ARGV do
   local s = ARGV[i]
   if not index[s] then count = count + 1; nodes[count] = s; index[s] = count end
 end
+local nseeds = count
 local frontier = {}
 for i = 1, count do frontier[i] = nodes[i] end
 -- the adjacency of every node read, in reading order (edges are indexed only once the subgraph
@@ -120,6 +125,15 @@ for hop = 1, hops do
   frontier = ring
 end
 load_degrees(nodes)
+-- values of table t (1..n) as one little-endian string of fmt each, in chunks that fit Lua's stack
+local function packed(fmt, t, n)
+  local parts = {}
+  for i = 1, n, 4000 do
+    local j = math.min(i + 3999, n)
+    parts[#parts + 1] = struct.pack('<' .. string.rep(fmt, j - i + 1), unpack(t, i, j))
+  end
+  return table.concat(parts)
+end
 local degrees, out = {}, {}
 for i = 1, count do degrees[i] = degree[nodes[i]] end
 local read = {}
@@ -139,4 +153,31 @@ for r = 1, nread do
     end
   end
 end
-return {nodes, degrees, out}
+-- The read-ahead: stored fields and vector of the first ARGV[12] admitted nodes past the seeds
+-- that are of a returned kind, not among the candidates held, and have a vector of ARGV[14]
+-- bytes; one flat array, per node its id, its shown values (false for an absent field), its
+-- vector.
+local want, ahead, na = num(ARGV[12]), {}, 0
+if want > 0 then
+  local fields, returned, held = {}, {}, {}
+  for f in string.gmatch(ARGV[13], '[^,]+') do fields[#fields + 1] = f end
+  for p in string.gmatch(ARGV[15], '[^,]+') do returned[p] = true end
+  for v in string.gmatch(ARGV[16], '[^,]+') do held[v] = true end
+  local nf, size, got = #fields, num(ARGV[14]), 0
+  for i = nseeds + 1, count do
+    if got >= want then break end
+    local v = nodes[i]
+    local bar = find(v, '_', 1, true)
+    if not held[v] and bar and returned[sub(v, 1, bar - 1)] then
+      local row = call('HMGET', nodep .. v, unpack(fields))
+      local vec = row[nf]
+      if vec and #vec == size then
+        got = got + 1
+        ahead[na + 1] = v
+        for k = 1, nf do ahead[na + 1 + k] = row[k] end
+        na = na + 1 + nf
+      end
+    end
+  end
+end
+return {table.concat(nodes, ',', 1, count), packed('i4', degrees, count), packed('d', out, no), ahead}
