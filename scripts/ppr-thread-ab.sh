@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Where PPR runs, A/B: the 10k-node query benchmark (c=1, gaama and semantic) with every walk
 # handed to a worker thread (GAAMA_RETRIEVAL__PPR_INLINE_MAX=0) and with the default (a walk of
-# the default bound runs in the request's thread while Redis executes the read-ahead), in the
+# the default bound runs in the request's thread), in the
 # order A B B A so drift of a shared machine falls on both alike. Prints one row per run;
 # docs/benchmarks.md ("Where PPR runs") quotes it.
 set -euo pipefail

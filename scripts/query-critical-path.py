@@ -43,8 +43,6 @@ TRACED = (
     ("reads", "checked"),
     ("reads", "texts"),
     ("graph", "expand"),
-    ("graph", "read_vectors_during"),
-    ("graph", "read_vectors"),
     ("graph", "provenance"),
 )
 

@@ -134,14 +134,13 @@ class RetrievalSettings(BaseModel):
     # "Subgraph bound and read-ahead").
     max_expanded: int = Field(300, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
-    # the first ``expanded_read`` the expansion admitted (read while PPR runs); the smallest that
-    # keep recall (docs/benchmarks.md, "Subgraph bound and read-ahead").
+    # the first ``expanded_read`` the expansion admitted (read in the expansion's own call); the
+    # smallest that keep recall (docs/benchmarks.md, "Subgraph bound and read-ahead").
     expanded_candidates: int = Field(80, ge=0, le=100000)
     expanded_read: int = Field(80, ge=0, le=100000)
     # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
-    # thread while Redis reads ahead; a larger one goes to a worker thread. For a short walk a
-    # worker only adds handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md,
-    # "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
+    # thread; a larger one goes to a worker thread. For a short walk a worker only adds
+    # handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md, "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
     # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off),

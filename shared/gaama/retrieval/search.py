@@ -20,14 +20,12 @@ choices the paper leaves open, made here:
   node's degree for hub detection is its full store degree (the bound's recall:
   docs/benchmarks.md, "Subgraph bound and read-ahead").
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
-  expanded node outside it is less similar than every pool node and only PPR can lift it. While
-  PPR runs (``ppr_inline_max`` says in which thread), Redis reads the stored fields and the
-  float16 vector of the first ``expanded_read`` (80) returnable nodes the expansion admitted
-  outside the pool (nearest the most similar seeds, heaviest edges first;
-  :meth:`GraphStore.read_vectors_during`); their cosine similarity is computed here
-  (the same vectors the index compares), and the ``expanded_candidates`` (80) of
-  them with the most PPR mass join the candidates. The two overlap, so the read costs little
-  latency.
+  expanded node outside it is less similar than every pool node and only PPR can lift it. The
+  expansion's own call also reads the stored fields and the float16 vector of the first
+  ``expanded_read`` (80) returnable nodes it admitted outside the candidates held (nearest the
+  most similar seeds, heaviest edges first; :class:`~gaama.store.subgraph.ReadAhead`): one round
+  trip, not two. Their cosine similarity is computed here (the same vectors the index compares),
+  and the ``expanded_candidates`` (80) of them with the most PPR mass join the candidates.
 - **Provenance** is read only for what is returned (one call after packing); a fact's source
   episode ids come with the KNN reply, so packing can skip an episode a packed fact carries.
 - **Scope.** With a subject or conversation filter, expanded nodes outside the scope are dropped
