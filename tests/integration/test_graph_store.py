@@ -367,13 +367,15 @@ async def test_expansion_reads_ahead_the_first_admitted_nodes_with_a_vector(
     n = await _star_and_chain(graph, t)  # admits f0 (seed), e1, c, hub, e2, f2, f3
     name = {node.id: k for k, node in n.items()}
     rng = np.random.default_rng(7)
-    vectors = {k: rng.standard_normal(dim).astype(np.float32) for k in ("e1", "e2", "f3", "c")}
+    vectors = {
+        k: rng.standard_normal(dim).astype(np.float32) for k in ("f0", "e1", "e2", "f3", "c")
+    }
     for k, vector in vectors.items():
         await redis_client.hset(keys.node(t, n[k].id), mapping=vector_fields(vector))
     common = {"hops": 2, "hub_degree": 50, "max_nodes": 500, "type_weights": EDGE_TYPE_WEIGHTS}
     seed = [n["f0"].id]
     sub = await graph.expand(t, seed, read_ahead=_ahead(dim), **common)
-    # e1 and e2 (episodes) and f3 have vectors; f2 has none, concepts are never returned
+    # the seed f0 is passed over, f2 has no vector, concepts are never returned
     assert [name[i] for i, _ in sub.shown] == ["e1", "e2", "f3"]
     assert sub.shown[0][1] == {"text": "text of e1", "turn_id": "turn-e1"}
     assert sub.shown[2][1] == {"text": "text of f3"}  # an absent field is left out
