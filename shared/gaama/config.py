@@ -140,7 +140,8 @@ class RetrievalSettings(BaseModel):
     expanded_read: int = Field(80, ge=0, le=100000)
     # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
     # thread; a larger one goes to a worker thread. For a short walk a worker only adds
-    # handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md, "Where PPR runs"). Bounded: a request may not hold the event loop for a long walk.
+    # handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md, "Where PPR runs").
+    # Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
     # "Lexical channel"): the weight of its term in the seeds and the score (0 turns it off),
