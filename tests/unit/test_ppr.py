@@ -164,8 +164,9 @@ def test_walk_on_the_arrays_gives_the_matrix_walks_scores_exactly() -> None:
     assert np.array_equal(row_sums, adj @ np.ones(n))
     restart = np.zeros(n)
     restart[:40] = rng.random(40)
-    arrays = ppr.walk((data, indices, indptr), restart, degrees=degrees)
+    arrays = personalized_pagerank((data, indices, indptr), restart, degrees=degrees)
     matrix = personalized_pagerank(adj, restart, degrees=degrees)
     assert arrays.iterations == matrix.iterations > 5
     assert np.array_equal(arrays.scores, matrix.scores)
-    assert ppr.walk(ppr.csr_arrays(4, np.zeros((0, 3))), np.ones(4)).scores.tolist() == [0.25] * 4
+    empty = personalized_pagerank(ppr.csr_arrays(4, np.zeros((0, 3))), np.ones(4))
+    assert empty.scores.tolist() == [0.25] * 4

@@ -12,7 +12,7 @@ import numpy as np
 from gaama.config import RetrievalSettings
 from gaama.model import NodeKind
 from gaama.retrieval.pack import Item, Provenance
-from gaama.retrieval.ppr import PPRResult, csr_arrays, walk
+from gaama.retrieval.ppr import PPRResult, csr_arrays, personalized_pagerank
 from gaama.retrieval.scoring import cosine
 from gaama.retrieval.timeq import Period, in_periods
 from gaama.store.subgraph import Expansion
@@ -25,7 +25,7 @@ def ppr_size(sub: Expansion) -> int:
 
 
 def run_ppr(sub: Expansion, restart: np.ndarray, p: RetrievalSettings) -> PPRResult:
-    return walk(
+    return personalized_pagerank(
         csr_arrays(len(sub.nodes), sub.edges, unique=True),
         restart,
         alpha=p.alpha,

@@ -116,7 +116,7 @@ def _row_scale(
 
 
 def personalized_pagerank(
-    adjacency: sparse.csr_matrix,
+    adjacency: sparse.csr_matrix | tuple[np.ndarray, np.ndarray, np.ndarray],
     restart: np.ndarray,
     *,
     alpha: float = 0.6,
@@ -129,7 +129,9 @@ def personalized_pagerank(
     """Personalized PageRank by power iteration.
 
     Args:
-        adjacency: Symmetric non-negative weights (see :func:`symmetric_adjacency`).
+        adjacency: Symmetric non-negative weights (see :func:`symmetric_adjacency`), or their
+            CSR arrays ``(data, indices, indptr)`` as :func:`csr_arrays` builds them (float64
+            data), which spares building the SciPy matrix.
         restart: Non-negative restart (seed) mass per node; normalised here. All zero is
             treated as uniform.
         alpha: Probability of following an edge (restart with ``1 - alpha``).
@@ -142,33 +144,11 @@ def personalized_pagerank(
     Returns:
         Scores summing to 1, the iterations taken and whether ``tol`` was reached.
     """
-    adj = _as_csr(adjacency)
-    return walk(
-        (adj.data, adj.indices, adj.indptr),
-        restart,
-        alpha=alpha,
-        max_iter=max_iter,
-        tol=tol,
-        degrees=degrees,
-        hub_degree=hub_degree,
-        hub_dampening=hub_dampening,
-    )
-
-
-def walk(
-    csr: tuple[np.ndarray, np.ndarray, np.ndarray],
-    restart: np.ndarray,
-    *,
-    alpha: float = 0.6,
-    max_iter: int = 100,
-    tol: float = 1e-6,
-    degrees: np.ndarray | None = None,
-    hub_degree: int = 50,
-    hub_dampening: float = 0.5,
-) -> PPRResult:
-    """:func:`personalized_pagerank` on the adjacency's CSR arrays ``(data, indices, indptr)``
-    (:func:`csr_arrays`), float64 data."""
-    data, indices, indptr = csr
+    if isinstance(adjacency, tuple):
+        data, indices, indptr = adjacency
+    else:
+        adj = _as_csr(adjacency)
+        data, indices, indptr = adj.data, adj.indices, adj.indptr
     n = indptr.size - 1
     if n == 0:
         return PPRResult(np.zeros(0, dtype=np.float64), 0, True)
