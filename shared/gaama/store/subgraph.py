@@ -1,6 +1,6 @@
 """Subgraph reads of a search, each one server-side script call: the expansion around the
-seeds, the read-ahead of expanded nodes' fields and vectors, and the provenance of what is
-returned (see :mod:`gaama.retrieval.search`).
+seeds, with the read-ahead of expanded nodes' fields and vectors in the same call, and the
+provenance of what is returned (see :mod:`gaama.retrieval.search`).
 
 Each is a Lua script (``store/lua/``) rather than a pipeline: on the hot path of a search
 (hundreds of nodes per stage) redis-py spends far more time encoding and dispatching single
