@@ -59,6 +59,11 @@ class ReadAhead:
     kinds: Sequence[NodeKind]
     held: Collection[str]
 
+    @property
+    def shown_fields(self) -> list[str]:
+        """The fields read besides the vector, in the order the reply holds them."""
+        return [f for f in self.fields if f != VECTOR_FIELD]
+
 
 class SubgraphReads:
     """The subgraph reads of :class:`~gaama.store.graph.GraphStore` (its base class)."""
@@ -126,8 +131,7 @@ class SubgraphReads:
         rows = np.frombuffer(edges, dtype="<f8").reshape(-1, 3) / _UNSCALE
         if read_ahead is None:
             return Expansion(nodes, degree, rows)
-        wanted = [f for f in read_ahead.fields if f != VECTOR_FIELD]
-        shown, vectors = _read_rows(ahead, wanted, read_ahead.dim)
+        shown, vectors = _read_rows(ahead, read_ahead.shown_fields, read_ahead.dim)
         return Expansion(nodes, degree, rows, shown, vectors)
 
     async def provenance(self, tenant: str, ids: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
@@ -149,10 +153,9 @@ def _ahead_args(read_ahead: ReadAhead | None) -> list[str | int]:
     """The expansion script's read-ahead arguments (``ARGV[12..16]``; a limit of 0 reads none)."""
     if read_ahead is None or read_ahead.limit <= 0:
         return [0, "", 0, "", ""]
-    wanted = [f for f in read_ahead.fields if f != VECTOR_FIELD]
     return [
         read_ahead.limit,
-        ",".join([*wanted, VECTOR_FIELD]),
+        ",".join([*read_ahead.shown_fields, VECTOR_FIELD]),
         read_ahead.dim * VECTOR_DTYPE().itemsize,
         ",".join(kind_prefix(k) for k in read_ahead.kinds),
         ",".join(read_ahead.held),
