@@ -12,9 +12,10 @@ Each variant's replies are compared with the script's own:
 - ``bucket``: the same order of admission (heaviest walk weight first, ties by id). It groups
   the neighbours by walk weight and sorts each group with Lua's built-in comparison instead of
   a Lua comparator. Its replies must be identical.
-- ``nosort``, ``noedges``, ``nofinaldeg``, ``noreply``: ablations, not candidates. Each leaves a
-  part out (the neighbour sort, the edge pass, the final degree read, the reply's contents), so
-  its time shows that part's cost. Their replies differ by design.
+- ``nosort``, ``noedges``, ``nofinaldeg``, ``noreply``, ``noahead``, ``aheadunsent``:
+  ablations, not candidates. Each leaves a part out (the neighbour sort, the edge pass, the final
+  degree read, the reply's contents, the read-ahead, the read-ahead's rows in the reply while
+  its reads stay), so its time shows that part's cost. Their replies differ by design.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def variants(source: str) -> dict[str, str]:
     bucket = edit(
         bucket, _NEIGHBOURS, "      local nbs = by_weight(flat)\n      for i = 1, #nbs do"
     )
-    final = "load_degrees(nodes)\nlocal degrees"
+    final = "load_degrees(nodes)\n"
     return {
         "expand.lua": source,
         "bucket": bucket,
@@ -94,11 +95,28 @@ def variants(source: str) -> dict[str, str]:
             source, "for r = 1, nread do\n  local flat, iu", "for r = 1, 0 do\n  local flat, iu"
         ),
         "nofinaldeg": edit(
-            edit(source, final, "local degrees"),
+            edit(source, final, ""),
             "degrees[i] = degree[nodes[i]] end",
             "degrees[i] = degree[nodes[i]] or 0 end",
         ),
-        "noreply": edit(source, "return {nodes, degrees, out}", "return {{}, {}, {}}"),
+        "noreply": edit(
+            source,
+            "return {table.concat(nodes, ',', 1, count), packed('i4', degrees, count), "
+            "packed('d', out, no), ahead}",
+            "return {'', '', '', {}}",
+        ),
+        "noahead": edit(
+            source,
+            "local want, ahead, na = num(ARGV[12]), {}, 0",
+            "local want, ahead, na = 0, {}, 0",
+        ),
+        "aheadunsent": edit(
+            source,
+            "        ahead[na + 1] = v\n"
+            "        for k = 1, nf do ahead[na + 1 + k] = row[k] end\n"
+            "        na = na + 1 + nf\n",
+            "",
+        ),
     }
 
 
