@@ -16,7 +16,6 @@ turns, A B B A.
 from __future__ import annotations
 
 import asyncio
-import gc
 import statistics
 import sys
 import time
@@ -24,6 +23,7 @@ import time
 from benchmarks import inprocess
 from gaama.config import load_settings
 from gaama.devstack import processes
+from services.runtime.heap import settle_heap
 
 MODES = ("gaama", "semantic")
 
@@ -31,10 +31,7 @@ MODES = ("gaama", "semantic")
 async def measure(url: str, nodes: int, searches: int, passes: int) -> None:
     loaded = await inprocess.searches(url, "mode-ab", nodes, searches)
     retriever, tenant, texts = loaded.retriever, loaded.tenant, loaded.texts
-    settings = load_settings()
-    gc.collect()
-    gc.freeze()  # as services/runtime/heap.settle_heap does
-    gc.set_threshold(settings.gc_gen0_threshold, *gc.get_threshold()[1:])
+    settle_heap(load_settings())  # the services' collector settings
     for text in texts[:50]:  # warm-up: scripts loaded, caches filled
         for mode in MODES:
             await retriever.search(tenant, text, mode=mode)
