@@ -102,6 +102,7 @@ class RequestLimits(BaseModel):
     hops: int | None = Field(None, ge=0, le=4)
     seeds: int | None = Field(None, ge=1, le=500)
     pool_min: int | None = Field(None, ge=1, le=2000)
+    graph_pool_min: int | None = Field(None, ge=1, le=2000)
     max_expanded: int | None = Field(None, ge=10, le=100000)
     expanded_candidates: int | None = Field(None, ge=0, le=100000)
     expanded_read: int | None = Field(None, ge=0, le=100000)
@@ -116,7 +117,11 @@ class RequestLimits(BaseModel):
 class RetrievalSettings(BaseModel):
     """The paper's retrieval defaults (ARCHITECTURE.md §1); each overridable per request."""
 
+    # KNN pool floors (gaama.retrieval.request.pool_size): ``pool_min`` where the pool is the
+    # only source of candidates (semantic), ``graph_pool_min`` where the expansion's read-ahead
+    # adds its ``expanded_candidates`` (gaama, ppr).
     pool_min: int = Field(80, ge=1, le=2000)
+    graph_pool_min: int = Field(40, ge=1, le=2000)
     seeds: int = Field(40, ge=1, le=500)
     hops: int = Field(2, ge=0, le=4)
     alpha: float = Field(0.6, gt=0.0, lt=1.0)  # follow probability; restart = 1 - alpha

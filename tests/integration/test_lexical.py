@@ -82,7 +82,7 @@ async def test_rare_name_found_that_knn_alone_misses(
     await _indexed(index, "t1", len(ids))
     retriever = Retriever(graph, index, embedder, settings)
     query = "What does Zoltan like to do at the weekend?"
-    small = {"pool_min": 10, "seeds": 10}
+    small = {"pool_min": 10, "graph_pool_min": 10, "seeds": 10}
     knn_only = await retriever.search("t1", query, k=10, budget=200, params={**small, "w_lex": 0})
     assert ids[-1] not in [i.id for i in knn_only.ranked]
     for mode in ("gaama", "semantic"):

@@ -57,10 +57,14 @@ class SearchResult:
         return render_memory(self.memory)
 
 
-def pool_size(k: int, params: RetrievalSettings) -> int:
-    """KNN pool: ``max(2·k, pool_min, ⌈budget_words / WORDS_PER_ITEM⌉)``
-    (why: :mod:`gaama.retrieval.search`)."""
-    return max(2 * k, params.pool_min, math.ceil(params.budget_words / WORDS_PER_ITEM))
+def pool_size(k: int, params: RetrievalSettings, mode: Mode = "semantic") -> int:
+    """The KNN pool of a search in ``mode``:
+    ``max(2·k, floor, ⌈budget_words / WORDS_PER_ITEM⌉)``, where the floor is ``pool_min`` in
+    ``semantic`` mode (the pool is its only source of candidates) and ``max(seeds,
+    graph_pool_min)`` in ``gaama`` and ``ppr`` (the expansion's read-ahead adds candidates
+    reached from the seeds). Why: :mod:`gaama.retrieval.search`."""
+    floor = params.pool_min if mode == "semantic" else max(params.seeds, params.graph_pool_min)
+    return max(2 * k, floor, math.ceil(params.budget_words / WORDS_PER_ITEM))
 
 
 def resolve_params(

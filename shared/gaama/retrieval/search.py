@@ -4,10 +4,14 @@ Follows ARCHITECTURE.md §1 with the defaults of :class:`~gaama.config.Retrieval
 choices the paper leaves open, made here:
 
 - **Pool size.** The paper's ``pool = max(2 × budget, 80)`` counts *items*: with the 1000-word
-  budget taken literally the pool would be 2000, 25× the seed count. Here
-  ``pool = max(2 × k, pool_min, ⌈budget_words / 20⌉)``: twice the ranked items asked for, never
-  below 80, and enough candidates (at ~20 words per item) for the semantic mode to fill a large
-  word budget. At the defaults (k = 20, 1000 words) it is the paper's 80.
+  budget taken literally the pool would be 2000, 25× the seed count. Here ``pool = max(2 × k,
+  floor, ⌈budget_words / 20⌉)``: twice the ranked items asked for, and enough candidates (at ~20
+  words per item) to fill a large word budget. The floor is ``pool_min`` (80) in ``semantic``
+  mode, where the pool is the only source of candidates: at the defaults (k = 20, 1000 words)
+  the paper's 80. In the graph modes it is the seeds (``graph_pool_min``, 40): the expansion's
+  read-ahead adds up to ``expanded_candidates`` (80) nodes that the seeds link to, and a pool
+  node past the seeds that the walk does not reach ranks below every seed on similarity alone
+  (50 at the defaults; docs/benchmarks.md, "The KNN pool in the graph modes").
 - **Expansion** visits ``hops`` rings around the seeds, following edges both ways, in one
   server-side script call (:meth:`GraphStore.expand`). **Hubs (store degree >
   ``hub_degree``) are not expanded through**: their edges to nodes reached from elsewhere stay in
@@ -184,7 +188,7 @@ class Retriever:
         knn = self.index.knn(
             tenant,
             qvec,
-            pool_size(k, p),
+            pool_size(k, p, mode),
             subject=subject,
             conversation=conversation,
             fields=_SHOWN,
