@@ -23,12 +23,13 @@ from gaama.store.keys import Keys
 
 #: HNSW links per node (a node of the bottom layer has twice as many).
 HNSW_M = 16
-#: What examining one HNSW candidate costs, in brute-force comparisons of one vector, as the client
-#: sees it with the candidates counted as :func:`hybrid_policy` counts them
-#: (scripts/knn-policy-ab.py, docs/benchmarks.md "The KNN pool in the graph modes"): 17-31 for a tenant of 10k nodes in an
-#: index of 110k (k 80 to 40), about 60 for one of 100k, where a search's fixed cost is spread over
-#: fewer candidates. 16 decides every measured case as measured. FT.PROFILE's own times gave
-#: 2.5-3.4, and 4 sent the 10k tenant to HNSW at k = 50, at 2-3x brute force's time.
+#: What examining one HNSW candidate costs, in brute-force comparisons of one vector, as the
+#: client sees it with the candidates counted as :func:`hybrid_policy` counts them
+#: (scripts/knn-policy-ab.py; docs/benchmarks.md, "The KNN pool in the graph modes"): 17-31 for
+#: a tenant of 10k nodes in an index of 110k (k 80 to 40), about 60 for one of 100k, where a
+#: search's fixed cost is spread over fewer candidates. 16 decides every measured case as
+#: measured. FT.PROFILE's own times gave 2.5-3.4, and 4 sent the 10k tenant to HNSW at k = 50,
+#: at 2-3x brute force's time.
 HNSW_CANDIDATE_COST = 16
 #: HNSW's answer is approximate and brute force's exact, so HNSW runs only when it at least halves
 #: the cost: at LoCoMo's tenants of ~1.9k nodes, where it would save a tenth, it lost up to 0.012
