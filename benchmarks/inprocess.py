@@ -5,7 +5,10 @@ clock starts (no embed stage)."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import redis.asyncio as aioredis
@@ -13,6 +16,7 @@ import redis.asyncio as aioredis
 from benchmarks.query import load_tenant
 from benchmarks.synthetic import query_texts
 from gaama.config import load_settings
+from gaama.devstack import processes
 from gaama.embed import build_embedder
 from gaama.retrieval.search import Retriever
 from gaama.store import connect
@@ -61,3 +65,13 @@ async def searches(url: str, prefix: str, nodes: int, count: int) -> Searches:
     graph = GraphStore(client, keys)
     retriever = Retriever(graph, index, Encoded(vectors), settings)
     return Searches(client, index, graph, retriever, tenant, texts)
+
+
+def run(measure: Callable[[str], Coroutine[Any, Any, None]], url: str | None) -> None:
+    """Run ``measure`` against the Redis at ``url``, or, without one, against a Redis started for
+    the run and stopped after it."""
+    if url:
+        asyncio.run(measure(url))
+        return
+    with processes.temporary_redis() as started:
+        asyncio.run(measure(started))

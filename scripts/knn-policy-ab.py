@@ -13,13 +13,11 @@ then the client's p50 per KNN call of each policy and k, in two rounds.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import sys
 import time
 
 from benchmarks import inprocess
-from gaama.devstack import processes
 from gaama.store import vectors
 from gaama.store.index_layout import hybrid_policy
 
@@ -54,11 +52,8 @@ def main() -> None:
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     others = int(sys.argv[2]) if len(sys.argv) > 2 else 100_000
     ks = [int(k) for k in sys.argv[3].split(",")] if len(sys.argv) > 3 else [40, 50, 80]
-    if len(sys.argv) > 4:
-        asyncio.run(measure(sys.argv[4], nodes, others, ks))
-        return
-    with processes.temporary_redis() as url:
-        asyncio.run(measure(url, nodes, others, ks))
+    url = sys.argv[4] if len(sys.argv) > 4 else None
+    inprocess.run(lambda redis_url: measure(redis_url, nodes, others, ks), url)
 
 
 if __name__ == "__main__":

@@ -15,14 +15,12 @@ turns, A B B A.
 
 from __future__ import annotations
 
-import asyncio
 import statistics
 import sys
 import time
 
 from benchmarks import inprocess
 from gaama.config import load_settings
-from gaama.devstack import processes
 from services.runtime.heap import settle_heap
 
 MODES = ("gaama", "semantic")
@@ -58,11 +56,8 @@ def main() -> None:
     nodes = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
     searches = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     passes = int(sys.argv[3]) if len(sys.argv) > 3 else 3
-    if len(sys.argv) > 4:
-        asyncio.run(measure(sys.argv[4], nodes, searches, passes))
-        return
-    with processes.temporary_redis() as url:
-        asyncio.run(measure(url, nodes, searches, passes))
+    url = sys.argv[4] if len(sys.argv) > 4 else None
+    inprocess.run(lambda redis_url: measure(redis_url, nodes, searches, passes), url)
 
 
 if __name__ == "__main__":
