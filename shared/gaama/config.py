@@ -158,6 +158,10 @@ class RetrievalSettings(BaseModel):
     # Time-aware queries (docs/architecture.md, "Time-aware queries"): what a candidate in a
     # period the query names gains on its score (0 turns the prior off).
     w_time: float = Field(0.2, ge=0.0, le=10.0)
+    # The named-person prior (docs/architecture.md, "Named people"): what a candidate said by
+    # (an episode's speaker) or about (a fact's or reflection's subject) a person the query
+    # names gains on its score, when the candidates are said by or about others too (0: off).
+    w_person: float = Field(0.1, ge=0.0, le=10.0)
     # The ranked list says each turn once: an episode a higher-ranked fact was derived from, or
     # a fact whose source turns are all above it, is passed over (packing already does this).
     rank_distinct: bool = True

@@ -201,8 +201,14 @@ async def test_gaama_mode_ranks_packs_and_explains(
     # Scores combine both signals with the paper's weights, each normalised to [0, 1].
     assert max(i.sim for i in res.ranked) == pytest.approx(1.0)
     assert max(i.ppr for i in res.ranked) == pytest.approx(1.0)
+    # The query names Caroline: her turns and what is about her gain the named-person prior.
+    person = {b.episodes[(c, t)]: spk for c, turns in TURNS.items() for t, spk, _ in turns}
+    person |= {fid: f[2] for fid, f in zip(b.facts, FACTS, strict=True)}
+    person[b.reflection] = REFLECTION[2]
+    assert {person[i.id] for i in res.ranked} > {"Caroline"}
     for i in res.ranked:
-        assert i.score == pytest.approx(0.1 * i.ppr + 1.0 * i.sim)
+        prior = 0.1 if person[i.id] == "Caroline" else 0.0
+        assert i.score == pytest.approx(0.1 * i.ppr + 1.0 * i.sim + prior)
     # Memory: facts, reflections, then episodes in conversation order.
     kinds = [i.kind for i in res.memory]
     assert kinds == sorted(kinds, key=[NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE].index)

@@ -13,7 +13,7 @@ from gaama.config import RetrievalSettings
 from gaama.model import NodeKind
 from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.ppr import PPRResult, csr_arrays, personalized_pagerank
-from gaama.retrieval.scoring import cosine
+from gaama.retrieval.scoring import cosine, node_kind
 from gaama.retrieval.timeq import Period, in_periods
 from gaama.store.subgraph import Expansion
 from gaama.store.vectors import LexicalHit
@@ -51,6 +51,47 @@ def time_prior(
         if in_periods(periods, float(t) if t else None, fields.get("text", "")):
             out[node] = w_time
     return out
+
+
+# The words of a name or a query: lower case, a possessive "'s" dropped ("Caroline's" is
+# "caroline"), split at anything but letters and digits.
+_NAME_WORD = re.compile(r"[^\W_]+")
+_POSSESSIVE = re.compile(r"['\u2019]s\b")
+
+
+def _name_words(text: str) -> frozenset[str]:
+    return frozenset(_NAME_WORD.findall(_POSSESSIVE.sub("", text.lower())))
+
+
+def person_of(kind: NodeKind | None, fields: Mapping[str, str]) -> str:
+    """Who a candidate is said by or about: an episode's speaker, a fact's or reflection's
+    subject ("" when the node records none)."""
+    return fields.get("speaker", "") if kind is NodeKind.EPISODE else fields.get("subject", "")
+
+
+def person_prior(
+    query: str,
+    candidates: Iterable[str],
+    shown: Mapping[str, Mapping[str, str]],
+    w_person: float,
+) -> dict[str, float]:
+    """``w_person`` for each candidate said by or about a person the query names
+    (:func:`person_of`; a person is named when every word of their name is a word of the
+    query). Nothing when the query names none of the candidates' people, or all of them: then
+    the names do not tell the candidates apart."""
+    words = _name_words(query)
+    of: dict[str, str] = {}
+    named: dict[str, bool] = {}
+    for node in candidates:
+        person = person_of(node_kind(node), shown.get(node, {}))
+        if person:
+            of[node] = person
+            if person not in named:
+                name = _name_words(person)
+                named[person] = bool(name) and name <= words
+    if not any(named.values()) or all(named.values()):
+        return {}
+    return {node: w_person for node, person in of.items() if named[person]}
 
 
 def join_matches(

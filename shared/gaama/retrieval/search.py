@@ -43,6 +43,9 @@ choices the paper leaves open, made here:
   replaces similarity in the score, in every mode.
 - **Time prior.** A period the query names, resolved against the scope's latest turn
   (:mod:`gaama.retrieval.timeq`), adds ``w_time`` to the score of candidates in it.
+- **Named people.** A query naming a person whom some candidates are said by (an episode's
+  speaker) or about (a fact's or reflection's subject), but not all, adds ``w_person`` to the
+  score of that person's candidates (:func:`~gaama.retrieval.candidates.person_prior`).
 - **Ranked list.** Each turn is said once (``rank_distinct``): an episode a fact above it carries,
   or a fact whose source episodes are all above it, is passed over.
 - **Modes.** ``gaama``: as above. ``semantic``: w_ppr = 0 and no expansion or PPR at all (the
@@ -64,6 +67,7 @@ from gaama.metrics import QUERY_STAGES, QueryMetrics
 from gaama.model import EDGE_TYPE_WEIGHTS, NodeKind
 from gaama.retrieval.candidates import (
     join_matches,
+    person_prior,
     ppr_size,
     run_ppr,
     show,
@@ -105,7 +109,7 @@ __all__ = [
 ]
 
 # Stored fields read with each candidate: what an item shows, and a fact's source episodes.
-_SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources")
+_SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources", "speaker", "subject")
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
 # would count their words twice.
 LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)
@@ -266,7 +270,10 @@ class Retriever:
         )
         # Similarity fused with the full-text match over every candidate (expanded ones too).
         relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
-        prior = time_prior(periods, relevance, shown, p.w_time) if periods else None
+        prior = time_prior(periods, relevance, shown, p.w_time) if periods else {}
+        if p.w_person > 0:
+            for node, gain in person_prior(query, relevance, shown, p.w_person).items():
+                prior[node] = prior.get(node, 0.0) + gain
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
             show(item, shown.get(item.id, {}), p.compact_text)
