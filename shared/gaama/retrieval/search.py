@@ -108,7 +108,8 @@ __all__ = [
     "resolve_params",
 ]
 
-# Stored fields read with each candidate: what an item shows, and a fact's source episodes.
+# Stored fields read with each candidate: what an item shows, a fact's source episodes, and who
+# the node is said by or about (the named-person prior).
 _SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources", "speaker", "subject")
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
 # would count their words twice.
