@@ -1,0 +1,604 @@
+"""Offline update rules: which of a person's current facts a new fact ends, and why.
+
+A pure module (no store, no I/O). Given a new fact draft and the same person's current facts, it
+reads each sentence as a *claim* — an attribute of its holder with a value ("Dana lives in
+Lisbon": ``residence = lisbon``) or a statement that something stopped holding ("Dana no longer
+plays tennis") — and ends an older fact when the new one, by rule:
+
+- ``update``: gives a single-valued attribute a different value (residence, employer, role,
+  partner, a pet's or a possession's name, a count, a favourite, a phone number, an e-mail);
+- ``correction``: does so while saying it corrects ("actually", "I meant", "correction");
+- ``contradiction``: denies the old value outright ("Dana doesn't live in Porto");
+- ``negation``: says it holds no longer ("no longer", "stopped", "quit", "not any more", "broke
+  up with", a pet that died);
+- ``cancelled``: calls off a plan ("cancelled the trip to Japan", "the wedding is off");
+- ``retracted``: a request to the memory to forget or delete something, or "that's not true any
+  more" (:func:`retraction_request`, :func:`retracted`).
+
+Anything unsure stays current: hedged, planned or conditional sentences ("might move to
+Berlin"), questions, claims about someone else ("Dana's sister moved to Rome"), the same value
+restated, and older facts the rules cannot read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Literal
+
+from gaama.extract.sentences import split_sentences
+from gaama.extract.vocabulary import FUNCTION_WORDS, GENERIC_WORDS, words_of
+
+__all__ = [
+    "Claim",
+    "CurrentFact",
+    "Ending",
+    "NewFact",
+    "Reason",
+    "Retraction",
+    "ends",
+    "read_claim",
+    "retracted",
+    "retraction_request",
+]
+
+Reason = Literal["update", "contradiction", "negation", "cancelled", "correction", "retracted"]
+
+
+@dataclass(frozen=True, slots=True)
+class NewFact:
+    """A fact draft as the rules read it: its text, whom it is about, when it became true."""
+
+    text: str
+    subject: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentFact:
+    """One of the same person's facts that is current (not yet ended)."""
+
+    id: str
+    text: str
+    time: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Ending:
+    """An existing fact the new one ends, the reason, and the attribute it was about."""
+
+    fact_id: str
+    reason: Reason
+    attribute: str
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """What a sentence says about its holder.
+
+    ``attribute`` is a key such as ``residence``, ``pet:dog`` or ``favourite:band``; ``value``
+    its normalised value. ``stopped`` holds the reason of a sentence that ends something
+    (``negation``, ``cancelled``, ``contradiction``) and ``words`` the salient words it names.
+    """
+
+    attribute: str
+    value: str
+    stopped: Reason | None = None
+    words: frozenset[str] = frozenset()
+    correction: bool = False
+
+
+# --- words -----------------------------------------------------------------------------------
+
+_SAID_ON = re.compile(r"\s*\((?:said|mentioned|told) on [^)]*\)")
+_TOKEN = re.compile(r"[A-Za-z][A-Za-z'-]*|\d+")
+_NOT_SALIENT = (
+    FUNCTION_WORDS
+    | GENERIC_WORDS
+    | words_of(
+        """no longer anymore any more not never stopped stop quit gave give up cancelled canceled
+        cancel called off after all actually now new old current currently just also really
+        said told about what that forget delete remember true is was has had have been got
+        'm 's dont doesnt isnt wasnt whatever"""
+    )
+)
+
+
+@lru_cache(maxsize=4096)
+def _lemma(word: str) -> str:
+    import simplemma
+
+    return str(simplemma.lemmatize(word, lang="en")).lower()
+
+
+def salient(text: str, names: Iterable[str] = ()) -> frozenset[str]:
+    """Lemmas of ``text``'s content words, without function words and the given names."""
+    skip = {p.lower() for n in names for p in n.replace("'s", "").split()}
+    out = set()
+    for tok in _TOKEN.findall(text):
+        low = tok.lower().removesuffix("'s")
+        if low in _NOT_SALIENT or low in skip or len(low) < 2:
+            continue
+        out.add(_stem(low))
+    return frozenset(out - _NOT_SALIENT)
+
+
+def _stem(word: str) -> str:
+    """A lemma cut to the stem its inflections share ("smoking", "smokes" -> "smok")."""
+    lemma = _lemma(word)
+    if lemma.endswith("ing") and len(lemma) > 5:
+        lemma = lemma[:-3]
+    return lemma.rstrip("e") if len(lemma) > 3 else lemma
+
+
+def _clean(text: str) -> str:
+    text = _SAID_ON.sub("", text.replace("’", "'"))
+    return " ".join(text.split()).strip().rstrip(".!;:,")
+
+
+def _norm(value: str) -> str:
+    value = re.sub(r"^(?:a|an|the|my|his|her|their)\s+", "", value.strip(), flags=re.I)
+    return " ".join(re.findall(r"[a-z0-9@.+]+", value.lower())).strip(". ")
+
+
+# --- claims ----------------------------------------------------------------------------------
+
+_WHO = r"(?P<who>[A-Z][\w'-]*(?: [A-Z][\w'-]*)?|I)"
+_AUX = (
+    r"(?:(?:just|now|finally|recently|officially|actually|currently|also|still|already|"
+    r"has|have|had|is|was|am|'s|'m|been|got|did|does|do|indeed|since|then)\s+)*"
+)
+_CAP = r"[A-Z][\w'&.-]*(?:[ -](?:[A-Z][\w'&.-]*|(?:de|da|do|del|la|le|on|upon|of|and)\b|&))*"
+_PLACE = rf"(?P<v>{_CAP})"
+_ORG = rf"(?P<v>{_CAP}|[a-z][\w&.-]*(?:\.com|\.io|Labs|Inc))"
+_PERSON = r"(?P<v>[A-Z][\w'-]+(?: [A-Z][\w'-]+)?)"
+_PHRASE = (
+    r"(?P<v>[\w'&-]+(?: (?!(?:at|for|with|since|in|on|from|because|and|but|so|now|"
+    r"these days|anymore|any more|any longer|instead)\b)[\w'&-]+){0,4})"
+)
+_NUM_WORDS = {
+    w: n
+    for n, w in enumerate(
+        "zero one two three four five six seven eight nine ten eleven twelve".split()
+    )
+}
+_NUM = r"(?P<n>\d{1,3}|" + "|".join(_NUM_WORDS) + r")"
+_PETS = (
+    r"dog|puppy|pup|cat|kitten|rabbit|bunny|hamster|parrot|bird|budgie|fish|goldfish|turtle|"
+    r"tortoise|horse|pony|guinea pig|ferret|lizard|snake|gecko"
+)
+_THINGS = (
+    r"car|bike|bicycle|motorbike|motorcycle|scooter|van|truck|boat|phone|laptop|computer|"
+    r"guitar|piano|camera|watch|house|flat|apartment|tv"
+)
+_PARTNER = r"girlfriend|boyfriend|partner|wife|husband|fianc[ée]e?|spouse"
+_PHONE = r"(?P<v>\+?\d[\d ().-]{5,}\d)"
+_EMAIL = r"(?P<v>[\w.+-]+@[\w-]+(?:\.[\w-]+)+)"
+_SPECIES = {"puppy": "dog", "pup": "dog", "kitten": "cat", "bunny": "rabbit", "goldfish": "fish"}
+_THING_OF = {"bicycle": "bike", "motorcycle": "motorbike", "flat": "apartment"}
+
+
+def _species(word: str) -> str:
+    word = word.lower()
+    return _SPECIES.get(word, _THING_OF.get(word, word))
+
+
+# (attribute, pattern after the holder): the value is group ``v`` (``n`` for counts, ``k``
+# names the kind of pet, possession or favourite).
+_SUBJECT_RULES: list[tuple[str, str]] = [
+    ("residence", rf"(?:moved|relocated|emigrated)(?: back| over| away)? to {_PLACE}"),
+    ("residence", rf"(?:lives?|living|resides?|residing|settled|based|staying) in {_PLACE}"),
+    ("residence", rf"calls? {_PLACE} home"),
+    ("residence", rf"(?:new )?home is(?: now)? in {_PLACE}"),
+    ("address", r"(?:new )?(?:home )?address is(?: now)? (?P<v>\d[\w ,.'-]+)"),
+    ("employer", rf"(?:works?|working|employed|interning) (?:at|for|by|with) {_ORG}"),
+    ("employer", rf"(?:joined|hired by|hired at) {_ORG}"),
+    ("employer", rf"(?:started|starting|began)(?: a new job| a job| working| work)? at {_ORG}"),
+    ("employer", rf"(?:got|landed|took|accepted) (?:a|the|an) (?:new )?(?:job|position|role|offer)"
+     rf" (?:at|with) {_ORG}"),
+    ("employer", rf"(?:new )?(?:employer|company) is(?: now)? {_ORG}"),
+    ("role", rf"(?:works?|working|started|serves?) as (?:a|an|the) {_PHRASE}"),
+    ("role", rf"(?:got )?promoted to {_PHRASE}"),
+    ("role", rf"(?:became|is now|'s now) (?:a|an|the) (?:new )?{_PHRASE}"),
+    ("role", rf"(?:new )?(?:role|job title|title|position) is(?: now)? (?:a |an |the )?{_PHRASE}"),
+    ("partner", rf"(?:dating|seeing|engaged to|married to|married|together with) {_PERSON}"),
+    ("partner", rf"(?:new )?(?:{_PARTNER})(?:'s name)? is(?: now)?(?: called| named)? {_PERSON}"),
+    ("pet+:", rf"(?:has|have|got|adopted|rescued|owns?|brought home|bought) (?:a|an|the|another)"
+     rf" (?P<new>new )?(?:\w+ )?(?P<k>{_PETS}) (?:named|called) {_PERSON}"),
+    ("pet:", rf"(?P<new>new )?(?P<k>{_PETS})(?:'s name)? is(?: now)?(?: named| called)? {_PERSON}"),
+    ("count:", rf"(?:has|have|owns?|keeps?)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
+    ("thing:", rf"(?:drives?|driving|rides?|riding) (?:a|an|the) (?P<k>)(?P<v>[A-Z][\w-]*(?: \w+)?)"),
+    ("thing:", rf"(?P<new>new )?(?P<k>{_THINGS}) is(?: now)? (?:a|an|the) {_PHRASE}"),
+    ("favourite:", r"(?:new )?(?:all-time )?favou?rite (?P<k>[a-z]+(?: [a-z]+)?) is(?: now)?"
+     r"(?: definitely| probably)? (?P<v>[\w'&-]+(?: [\w'&-]+){0,3})"),
+    ("phone", rf"(?:new )?(?:phone|mobile|cell)?(?: ?number| phone) is(?: now)? {_PHONE}"),
+    ("phone", rf"(?:reached|reachable|contacted) (?:at|on) {_PHONE}"),
+    ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
+]
+_VALUE_FIRST: list[tuple[str, str]] = [
+    # "Sushi is now Dana's favourite food"
+    ("favourite:", r"^(?P<v>[\w'&-]+(?: [\w'&-]+){0,3}) is(?: now)? " + _WHO + r"'s (?:new )?favou?rite "
+     r"(?P<k>[a-z]+(?: [a-z]+)?)$"),
+]
+
+_HEDGE = re.compile(
+    r"\b(?:maybe|perhaps|might|may|could|would|should|possibly|probably|thinking (?:about|of)|"
+    r"considering|plans? to|planning|hoping|hopes? to|wants? to|wanted to|would like|will|"
+    r"(?<!stopped )(?<!quit )(?<!stop )going to|gonna|if|unless|wonders?|wondering|not sure|unsure|someday|one day|dreams? of|"
+    r"rumou?r|apparently|supposedly|pretend|imagine|wish(?:es)?)\b",
+    re.IGNORECASE,
+)
+_CORRECTION = re.compile(
+    r"\b(?:actually|correction|i meant|meant to say|misspoke|got (?:that|it) wrong|"
+    r"(?:i|was) wrong|sorry,|typo|to be precise|rather)\b|, not\b",
+    re.IGNORECASE,
+)
+_NEG_STOP = re.compile(
+    r"\b(?:no longer|not any ?more|n't any ?more|not any longer|n't any longer|any ?more|"
+    r"any longer|these days no)\b",
+    re.IGNORECASE,
+)
+_NEGATED = re.compile(
+    r"\b(?:does not|doesn't|do not|don't|did not|didn't|is not|isn't|am not|'m not|are not|"
+    r"aren't|was not|wasn't|has not|hasn't|have not|haven't|never|no longer)\s+",
+    re.IGNORECASE,
+)
+_STOPPED_VERB = re.compile(
+    r"\b(?:stopped|quit|quitting|gave up|given up|left|leaving|ended|dropped out of|"
+    r"resigned from|retired from|was laid off from|got laid off from|got fired from|"
+    r"broke up with|split (?:up )?(?:with|from)|divorced|separated from|sold|got rid of|"
+    r"gave away|rehomed|traded in|lost)\s+(?P<what>.+)$",
+    re.IGNORECASE,
+)
+_DIED = re.compile(
+    r"(?P<what>.+?)\s+(?:passed away|died|ran away|was put down|is gone|has gone|was stolen|"
+    r"got stolen|broke down for good)\b",
+    re.IGNORECASE,
+)
+_SINGLE = re.compile(r"\b(?:is|'s) (?:single|unattached)(?: again| now)?\b", re.IGNORECASE)
+_CANCEL = re.compile(
+    r"\b(?:cancell?ed|called off|scrapped|scratched|postponed indefinitely|pulled out of|"
+    r"backed out of)\s+(?P<what>.+)$|^(?P<what2>.+?)\s+(?:is|was|got|has been|'s)\s+"
+    r"(?:cancell?ed|called off|off|scrapped)\b|\b(?:not|n't) (?:going|travel\w*|flying|"
+    r"heading|moving)\s+(?P<what3>.+?)\s+after all\b",
+    re.IGNORECASE,
+)
+
+
+def _holder_ok(who: str, names: Sequence[str]) -> bool:
+    who = who.strip().lower().removesuffix("'s")
+    if who == "i":
+        return True
+    for name in names:
+        low = name.lower()
+        if who in (low, low.split()[0] if low.split() else low):
+            return True
+    return False
+
+
+@lru_cache(maxsize=1)
+def _compiled() -> tuple[list[tuple[str, re.Pattern[str]]], list[tuple[str, re.Pattern[str]]]]:
+    own = [(attr, re.compile(rf"^{_WHO}(?:'s)? {_AUX}{body}")) for attr, body in _SUBJECT_RULES]
+    first = [(attr, re.compile(body)) for attr, body in _VALUE_FIRST]
+    return own, first
+
+
+_HOLDER_ONLY = re.compile(rf"^{_WHO}(?:'s)?\s+{_AUX}$")
+
+
+def _lead(sentence: str) -> str:
+    # Discourse openers and interjections before the holder ("Actually, ...", "Oh and ...").
+    return re.sub(
+        r"^(?:(?:actually|so|well|oh|and|also|anyway|btw|correction|sorry|oops|wait|update|"
+        r"quick update|news|fyi|ok|okay|right|yes|no|nope)\b[\s,:!-]*)+",
+        "",
+        sentence,
+        flags=re.IGNORECASE,
+    )
+
+
+def read_claim(text: str, names: Sequence[str]) -> Claim | None:
+    """The claim a fact makes about one of ``names`` (or "I"), or None when it makes none the
+    rules can read (unsure, about someone else, or no known attribute).
+
+    Args:
+        text: A fact's text (third person as extracted, or first person as said).
+        names: How the holder may be named (the subject's name; "I" always counts).
+    """
+    raw = _clean(text)
+    if not raw or raw.endswith("?"):
+        return None
+    correction = bool(_CORRECTION.search(raw))
+    body = _lead(raw)
+    if cancel := _CANCEL.search(body):
+        what = cancel["what"] or cancel["what2"] or cancel["what3"] or ""
+        return Claim("plan", _norm(what), "cancelled", salient(what, names), correction)
+    if _HEDGE.search(body):
+        return None
+    stop = bool(_NEG_STOP.search(body))
+    denied = _NEGATED.search(body)
+    if denied:
+        positive = body[: denied.start()] + body[denied.end() :]
+        claim = _positive(positive, names, correction)
+        reason: Reason = "negation" if stop or "no longer" in denied.group(0).lower() else (
+            "contradiction"
+        )
+        rest = body[denied.end() :]
+        words = salient(rest, names)
+        if claim is not None:
+            return Claim(claim.attribute, claim.value, reason, words, correction)
+        if stop or reason == "negation":
+            return Claim("state", _norm(rest), "negation", words, correction) if words else None
+        return None
+    who = re.match(rf"^{_WHO}(?:'s)?\s", body)
+    if _SINGLE.search(body) and who and _holder_ok(who["who"], names):
+        return Claim("partner", "", "negation", frozenset(), correction)
+    if (m := _STOPPED_VERB.search(body)) and (
+        (h := _HOLDER_ONLY.match(body[: m.start()])) and _holder_ok(h["who"], names)
+    ):
+        what = m["what"]
+        return Claim("state", _norm(what), "negation", salient(what, names), correction)
+    if (m := _DIED.match(body)) and not _owned_by_other(m["what"], names):
+        what = m["what"]
+        return Claim("state", _norm(what), "negation", salient(what, names), correction)
+    claim = _positive(body, names, correction)
+    if claim is not None and stop:
+        return Claim(claim.attribute, claim.value, "negation", claim.words, correction)
+    return claim
+
+
+def _owned_by_other(phrase: str, names: Sequence[str]) -> bool:
+    """Whether ``phrase`` opens with someone else's possessive ("Carla's dog Rex")."""
+    m = re.match(r"^([A-Z][\w-]*)'s\b", phrase)
+    return m is not None and not _holder_ok(m[1], names)
+
+
+def _positive(body: str, names: Sequence[str], correction: bool) -> Claim | None:
+    own, first = _compiled()
+    for attr, pattern in own:
+        m = pattern.search(body)
+        if m is None or not _holder_ok(m["who"], names):
+            continue
+        groups = m.groupdict()
+        kind = _species(groups.get("k") or "")
+        if attr == "count:":
+            n = groups["n"].lower()
+            value = str(_NUM_WORDS.get(n, n))
+            attribute = f"count:{_lemma(kind)}"
+        elif attr.endswith(":"):
+            if attr == "thing:" and not kind:
+                kind = "car"
+            attribute = f"{attr}{kind}"
+            value = _norm(groups["v"])
+            if attr == "pet+:" and groups.get("new"):
+                # "has a dog named Rex" adds a pet; "a new dog named Max" replaces the dog
+                attribute = f"pet:{kind}"
+        else:
+            attribute, value = attr, _norm(groups["v"])
+        if value:
+            words = salient(groups.get("v") or "", names)
+            return Claim(attribute, value, None, words, correction)
+    for attr, pattern in first:
+        m = pattern.search(body)
+        if m and _holder_ok(m["who"], names):
+            return Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
+    return None
+
+
+# --- endings ---------------------------------------------------------------------------------
+
+#: Attributes one person holds one value of at a time.
+_SINGLE_VALUED = ("residence", "address", "employer", "role", "partner", "phone", "email")
+_SINGLE_PREFIXES = ("pet:", "thing:", "count:", "favourite:")
+
+
+def _single(attribute: str) -> bool:
+    return attribute in _SINGLE_VALUED or attribute.startswith(_SINGLE_PREFIXES)
+
+
+def _names(subject: str) -> tuple[str, ...]:
+    return tuple(n for n in (subject, *subject.split()[:1]) if n)
+
+
+def _overlaps(words: frozenset[str], text: str, names: Sequence[str]) -> bool:
+    """Whether an older fact names what a stopping sentence names: every salient word it names
+    when it names one or two, at least two of them otherwise."""
+    if not words:
+        return False
+    have = salient(text, names)
+    shared = words & have
+    return len(shared) == len(words) or len(shared) >= 2
+
+
+def ends(new: NewFact, current: Sequence[CurrentFact]) -> list[Ending]:
+    """The current facts ``new`` ends, each with its reason; the rest stay current.
+
+    Only facts older than ``new`` (by ``time``; ties count as older) are ended: a late chunk
+    does not end what was learned after it, so whichever order facts arrive in, the later one
+    wins. A fact never ends itself or a fact with the same text.
+
+    Args:
+        new: The new fact draft.
+        current: The same person's current facts.
+    """
+    names = _names(new.subject)
+    claim = read_claim(new.text, names)
+    if claim is None:
+        return []
+    new_key = _norm(_clean(new.text))
+    out: list[Ending] = []
+    for old in current:
+        if old.time > new.time or _norm(_clean(old.text)) == new_key:
+            continue
+        reason = _ending(claim, old, names)
+        if reason is not None:
+            out.append(Ending(old.id, reason, claim.attribute))
+    return out
+
+
+def _ending(claim: Claim, old: CurrentFact, names: Sequence[str]) -> Reason | None:
+    before = read_claim(old.text, names)
+    if claim.stopped is not None:
+        if claim.attribute == "partner" and not claim.value:  # "single again": every partner
+            return "negation" if before and before.attribute == "partner" else None
+        if before is not None and before.stopped is None:
+            if claim.attribute == before.attribute and claim.value == before.value:
+                return claim.stopped
+            if claim.attribute not in ("state", "plan") and claim.attribute != before.attribute:
+                return None
+        if claim.attribute in ("state", "plan") or claim.stopped == "negation":
+            return claim.stopped if _overlaps(claim.words, old.text, names) else None
+        return None
+    if before is None or before.stopped is not None:
+        return None
+    if before.attribute == "pet+:" + claim.attribute.removeprefix("pet:") and claim.value:
+        before = Claim(claim.attribute, before.value)  # "a new dog" replaces the dog named
+    if claim.attribute != before.attribute or not _single(claim.attribute):
+        return None
+    if claim.value == before.value or not claim.value:
+        return None
+    return "correction" if claim.correction else "update"
+
+
+# --- retraction ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Retraction:
+    """A turn asking the memory to drop something said earlier.
+
+    ``target`` is what it names ("passport number"); empty for "that's not true any more",
+    which names the speaker's previous statement. ``redact`` is True for a request to forget
+    or delete (the words themselves should go), False for a statement that no longer holds.
+    """
+
+    target: str
+    redact: bool
+
+
+_PLEASE = (
+    r"^(?:(?:oh|and|also|so|ok|okay|hey|um|actually|one more thing|by the way|btw|wait|"
+    r"on second thought|come to think of it)\b[\s,:-]*)*(?:please\s+|pls\s+|kindly\s+)?"
+    r"(?:(?:can|could|would|will) you(?: please)?\s+|i(?:'d| would) like you to\s+|"
+    r"i want you to\s+|i need you to\s+|you (?:should|can|must)\s+|(?:let's|lets)\s+)?"
+    r"(?:please\s+)?"
+)
+_FORGET = re.compile(
+    _PLEASE + r"(?:forget|delete|erase|remove|wipe|scrub|purge|drop|disregard|ignore|"
+    r"unlearn|strike|clear|get rid of|don'?t (?:remember|keep|store|save|hold on to)|"
+    r"stop remembering|no need to remember)\b(?:\s+(?:about|all about|all of|everything about))?"
+    r"\s+(?P<target>.+)$",
+    re.IGNORECASE,
+)
+_UNTRUE = re.compile(
+    r"^(?:(?:oh|and|also|so|actually|wait|well)\b[\s,:-]*)*(?:that|this|it)(?:'s| is| isn't|"
+    r" is not|'s not| was)\s*(?:not |no longer )?(?:true|right|correct|the case|accurate|"
+    r"valid)(?: any ?more| any longer)?\b|^scratch that\b|^never ?mind (?:that|what i said)\b",
+    re.IGNORECASE,
+)
+_ABOUT = re.compile(
+    r"^(?:what|everything|anything|all|the (?:thing|stuff|part|bit)s?)"
+    r"(?: (?:i|you) (?:said|told you|mentioned|shared|wrote|gave you))?(?: (?:earlier|before))?"
+    r"(?: about| regarding| concerning| of| on)?\s+|^(?:that|the fact that|about)\s+",
+    re.IGNORECASE,
+)
+_TRAILER = re.compile(
+    r"[\s,]*(?:from (?:your|the) memory|from memory|for me|please|thanks|thank you|"
+    r"i (?:told|gave) you(?: earlier| before)?|i mentioned(?: earlier| before)?|"
+    r"(?:that )?i (?:said|shared)(?: earlier| before)?|earlier|before|ok|okay)[\s.!,]*$",
+    re.IGNORECASE,
+)
+
+
+def retraction_request(text: str) -> Retraction | None:
+    """Whether a turn asks the memory to forget or delete something said earlier, or says that
+    what was said is not true any more; None for anything else (including "I always forget my
+    keys", which states a fact).
+
+    Args:
+        text: What the speaker said (one turn, first person).
+    """
+    for sentence in split_sentences(_clean(text)):
+        s = sentence.strip().rstrip("?.! ")
+        if m := _FORGET.match(s):
+            target = m["target"]
+            for _ in range(3):
+                target = _TRAILER.sub("", _ABOUT.sub("", target.strip())).strip(" ,.")
+            if salient(target):
+                return Retraction(target, redact=True)
+        if _UNTRUE.match(s):
+            return Retraction("", redact=False)
+    return None
+
+
+# Words of a request that name an attribute rather than a value ("my job", "where I live").
+_TARGET_ATTRIBUTES: dict[str, tuple[str, ...]] = {
+    "job": ("employer", "role"),
+    "work": ("employer", "role"),
+    "employer": ("employer",),
+    "company": ("employer",),
+    "role": ("role",),
+    "position": ("role",),
+    "title": ("role",),
+    "address": ("address", "residence"),
+    "live": ("residence", "address"),
+    "home": ("residence", "address"),
+    "city": ("residence",),
+    "move": ("residence",),
+    "number": ("phone",),
+    "phone": ("phone",),
+    "mobile": ("phone",),
+    "email": ("email",),
+    "e-mail": ("email",),
+    "mail": ("email",),
+    "girlfriend": ("partner",),
+    "boyfriend": ("partner",),
+    "partner": ("partner",),
+    "relationship": ("partner",),
+    "ex": ("partner",),
+    "wife": ("partner",),
+    "husband": ("partner",),
+    "dating": ("partner",),
+    "favourite": ("favourite:",),
+    "favorite": ("favourite:",),
+}
+
+
+def retracted(
+    request: Retraction, subject: str, current: Sequence[CurrentFact], time: float
+) -> list[Ending]:
+    """The facts a retraction ends (reason ``retracted``): those said before ``time`` that name
+    what it names — its salient words, or the attribute a word such as "job" or "address"
+    stands for; for "that's not true any more", the facts of the latest earlier statement.
+
+    Args:
+        request: From :func:`retraction_request`.
+        subject: Whose memory (the speaker of the request).
+        current: That person's current facts.
+        time: When the request was made.
+    """
+    names = _names(subject)
+    earlier = [f for f in current if f.time <= time]
+    if not request.target:
+        if not earlier:
+            return []
+        last = max(f.time for f in earlier)
+        return [Ending(f.id, "retracted", "") for f in earlier if f.time == last]
+    words = salient(request.target, names)
+    tokens = {t.lower() for t in _TOKEN.findall(request.target)} | words
+    attributes = {a for t in tokens for a in _TARGET_ATTRIBUTES.get(t, ())}
+    out = []
+    for fact in earlier:
+        claim = read_claim(fact.text, names)
+        by_attribute = claim is not None and any(
+            claim.attribute == a or (a.endswith(":") and claim.attribute.startswith(a))
+            for a in attributes
+        )
+        have = salient(fact.text, names)
+        named = bool(words) and (words <= have or len(words & have) >= 2)
+        named = named or (len(words) >= 2 and len(words & have) >= 1 and by_attribute)
+        if named or (by_attribute and not (words - set(_TARGET_ATTRIBUTES)) - have):
+            out.append(Ending(fact.id, "retracted", claim.attribute if claim else ""))
+    return out
