@@ -1,5 +1,5 @@
 """The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
-``fairness``, ``pipeline``, ``chaos``, ``shutdown``, and ``paired`` (two runs of a LoCoMo ranks file
+``fairness``, ``pipeline``, ``chaos``, ``shutdown``, ``updates``, and ``paired`` (two runs of a LoCoMo ranks file
 compared question by question)."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from benchmarks import (
     pipeline,
     query,
     shutdown,
+    updates,
 )
 from gaama.cli import run
 
@@ -36,6 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         pipeline,
         chaos,
         shutdown,
+        updates,
         paired,
     ):
         module.register(sub)
