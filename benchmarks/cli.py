@@ -1,6 +1,6 @@
 """The ``python -m benchmarks`` command: ``locomo``, ``query``, ``ingest``, ``embed``, ``forget``,
-``fairness``, ``pipeline``, ``chaos``, ``shutdown``, ``updates``, and ``paired`` (two runs of a LoCoMo ranks file
-compared question by question)."""
+``fairness``, ``pipeline``, ``chaos``, ``shutdown``, ``updates``, and ``paired`` (two runs of a
+LoCoMo ranks file compared question by question)."""
 
 from __future__ import annotations
 

@@ -24,7 +24,6 @@ Without ``GAAMA_REDIS_URL`` a Redis is started for the run and stopped after it.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
@@ -51,6 +50,7 @@ from gaama.extract.reflection import ReflectDeps, ReflectionPipeline
 from gaama.extract.updates import (
     CurrentFact,
     NewFact,
+    Retraction,
     ends,
     retracted,
     retraction_request,
@@ -59,7 +59,7 @@ from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Item
 from gaama.retrieval.search import Retriever
 from gaama.store.bulk import BulkLoader
-from gaama.store.codecs import as_text
+from gaama.store.codecs import as_text, episode_said
 
 if TYPE_CHECKING:
     from benchmarks import SubParsers
@@ -119,16 +119,16 @@ async def rule_verdicts(
         for f in fact_ids
     }
     episodes = await graph.chain(tenant, conversation)
-    rows = await graph.get_fields(tenant, episodes, ["raw", "speaker", "time"])
+    rows = await graph.get_fields(tenant, episodes, ["raw", "text", "speaker", "time"])
     facts = sorted(
         (nodes[f] for f in fact_ids if f in nodes), key=lambda n: (n.time, fact_ids.index(n.id))
     )
     out = Verdicts()
-    requests = {}
+    requests: dict[str, tuple[Retraction, str, float]] = {}
     for ep in episodes:
-        raw, speaker, t = (as_text(b) for b in rows.get(ep, [None] * 3))
-        if (req := retraction_request(raw)) is not None:
-            requests[ep] = (req, speaker, float(t or 0.0))
+        raw, text, speaker, when = (as_text(b) for b in rows.get(ep, [None] * 4))
+        if (req := retraction_request(episode_said(raw, text, speaker))) is not None:
+            requests[ep] = (req, speaker, float(when or 0.0))
     # A request to forget is not itself a fact: what it made is dropped.
     out.dropped |= {f for f, src in sources.items() if src and src <= set(requests)}
     current: dict[str, list[CurrentFact]] = {}
@@ -165,8 +165,10 @@ def apply_verdicts(items: list[Item], verdicts: Verdicts) -> list[Item]:
 
 
 def _from_dropped(item: Item, verdicts: Verdicts) -> bool:
-    return item.kind is NodeKind.FACT and bool(item.sources) and set(item.sources) <= (
-        verdicts.dropped
+    return (
+        item.kind is NodeKind.FACT
+        and bool(item.sources)
+        and set(item.sources) <= (verdicts.dropped)
     )
 
 
@@ -239,7 +241,9 @@ def tabulate(cases: Sequence[Case], scores: Sequence[Score]) -> dict[str, dict[s
     out: dict[str, dict[str, Any]] = {}
     for kind, ss in groups.items():
         row: dict[str, Any] = {"cases": len(ss)}
-        for name, attr in zip(FIGURES, ("current", "stale_above", "as_of", "leak", "kept"), strict=True):
+        for name, attr in zip(
+            FIGURES, ("current", "stale_above", "as_of", "leak", "kept"), strict=True
+        ):
             values = [getattr(x, attr) for x in ss if getattr(x, attr) is not None]
             row[name] = round(sum(values) / len(values), 3) if values else None
         out[kind] = row
@@ -334,7 +338,9 @@ def _model(opts: Options, cases: Sequence[Case]) -> Iterator[dict[str, Any]]:
 # --- the run ---------------------------------------------------------------------------------
 
 
-async def measure(opts: Options, cases: list[Case], url: str, llm: dict[str, Any]) -> dict[str, Any]:
+async def measure(
+    opts: Options, cases: list[Case], url: str, llm: dict[str, Any]
+) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     settings = load_settings(
         redis_url=url, key_prefix=f"updates-{run_id}", index_name=f"updates-{run_id}-idx", **llm
@@ -354,9 +360,13 @@ async def measure(opts: Options, cases: list[Case], url: str, llm: dict[str, Any
                 ReflectDeps(settings, stores.graph, stores.index, stores.embedder, extractor)
             )
             total = sum(c.conversation.n_turns for c in cases)
-            with tqdm(total=total, desc="ingest", disable=not opts.progress, file=sys.stderr) as bar:
+            with tqdm(
+                total=total, desc="ingest", disable=not opts.progress, file=sys.stderr
+            ) as bar:
                 for case in cases:
-                    await ingest_in_process(case.conversation, case.id, stores, extract, reflect, bar)
+                    await ingest_in_process(
+                        case.conversation, case.id, stores, extract, reflect, bar
+                    )
             seconds["ingest"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             retriever = Retriever(stores.graph, stores.index, stores.embedder, settings)
@@ -458,15 +468,28 @@ def register(sub: SubParsers) -> None:
     )
     p.add_argument("--seed", type=int, default=36, help="the cases' seed")
     p.add_argument("--per-kind", type=_positive, default=4, help="cases of each kind")
-    p.add_argument("--kinds", default=",".join(KINDS), help="comma-separated of " + ", ".join(KINDS))
+    p.add_argument(
+        "--kinds", default=",".join(KINDS), help="comma-separated of " + ", ".join(KINDS)
+    )
     p.add_argument("--max-gap-turns", type=_positive, default=24, help="most turns old→new")
     p.add_argument("--max-gap-days", type=_positive, default=40, help="most days old→new")
-    p.add_argument("--extractor", choices=("offline", "llm"), default="offline",
-                   help="llm: the fake OpenAI server answering with the written-down fixtures")
+    p.add_argument(
+        "--extractor",
+        choices=("offline", "llm"),
+        default="offline",
+        help="llm: the fake OpenAI server answering with the written-down fixtures",
+    )
     p.add_argument("--mode", choices=("gaama", "semantic"), default="gaama")
-    p.add_argument("--oracle-rules", action="store_true",
-                   help="also score with the offline update rules applied to the results")
-    p.add_argument("--json", default=None, metavar="PATH",
-                   help="write the results as JSON (bench-results/updates.json)")
+    p.add_argument(
+        "--oracle-rules",
+        action="store_true",
+        help="also score with the offline update rules applied to the results",
+    )
+    p.add_argument(
+        "--json",
+        default=None,
+        metavar="PATH",
+        help="write the results as JSON (bench-results/updates.json)",
+    )
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=_cli)

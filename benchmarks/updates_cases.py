@@ -150,7 +150,9 @@ TEXTS = {
     "relationship.old.1": "I'm dating {old}, we met at a climbing gym.",
     "relationship.old.2": "My boyfriend {old} cooked dinner for me tonight.",
     "relationship.new.1": "{old} and I broke up last week. I'm seeing {new} now.",
-    "relationship.new.2": "I've been going out with {new} for a month, after things ended with {old}.",
+    "relationship.new.2": (
+        "I've been going out with {new} for a month, after things ended with {old}."
+    ),
     "relationship.new.3": "My partner is {new} now; {old} and I split in the spring.",
     "pet_name.old.1": "My {x} is called {old}.",
     "pet_name.old.2": "I have a {x} named {old} who sleeps all day.",
@@ -448,8 +450,9 @@ def make_case(kind: str, number: int, seed: int, max_gap_turns: int, max_gap_day
         retracted=(v["old"],) if kind in REDACTED else (),
         kept=keep_value,
         kept_question=(
-            f"Where does {who} work?" if keep_tpl == "keep.employer" else f"Which city does "
-            f"{who} love most?"
+            f"Where does {who} work?"
+            if keep_tpl == "keep.employer"
+            else f"Which city does {who} love most?"
         ),
         rendered=b.rendered,
         gap_turns=gap_turns,

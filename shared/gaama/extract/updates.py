@@ -140,15 +140,18 @@ def _clean(text: str) -> str:
 
 def _norm(value: str) -> str:
     value = re.sub(r"^(?:a|an|the|my|his|her|their)\s+", "", value.strip(), flags=re.I)
+    value = re.sub(r"(?:\s+(?:and|of|on|upon|de|da|do|del|la|le|&))+$", "", value)
     return " ".join(re.findall(r"[a-z0-9@.+]+", value.lower())).strip(". ")
 
 
 # --- claims ----------------------------------------------------------------------------------
 
-_WHO = r"(?P<who>[A-Z][\w'-]*(?: [A-Z][\w'-]*)?|I)"
+_WHO = r"(?P<who>(?:[A-Z][\w'-]*(?: [A-Z][\w'-]*)?|I)(?: and others)?)"
 _AUX = (
     r"(?:(?:just|now|finally|recently|officially|actually|currently|also|still|already|"
     r"has|have|had|is|was|am|'s|'m|been|got|did|does|do|indeed|since|then)\s+)*"
+    # a first verb joined to the one that says it ("packed up and moved to ...")
+    r"(?:[a-z]+(?: up| out| off)? and\s+)?"
 )
 _CAP = r"[A-Z][\w'&.-]*(?:[ -](?:[A-Z][\w'&.-]*|(?:de|da|do|del|la|le|on|upon|of|and)\b|&))*"
 _PLACE = rf"(?P<v>{_CAP})"
@@ -161,7 +164,21 @@ _PHRASE = (
 _NUM_WORDS = {
     w: n
     for n, w in enumerate(
-        "zero one two three four five six seven eight nine ten eleven twelve".split()
+        [
+            "zero",
+            "one",
+            "two",
+            "three",
+            "four",
+            "five",
+            "six",
+            "seven",
+            "eight",
+            "nine",
+            "ten",
+            "eleven",
+            "twelve",
+        ]
     )
 }
 _NUM = r"(?P<n>\d{1,3}|" + "|".join(_NUM_WORDS) + r")"
@@ -196,37 +213,58 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
     ("employer", rf"(?:works?|working|employed|interning) (?:at|for|by|with) {_ORG}"),
     ("employer", rf"(?:joined|hired by|hired at) {_ORG}"),
     ("employer", rf"(?:started|starting|began)(?: a new job| a job| working| work)? at {_ORG}"),
-    ("employer", rf"(?:got|landed|took|accepted) (?:a|the|an) (?:new )?(?:job|position|role|offer)"
-     rf" (?:at|with) {_ORG}"),
+    (
+        "employer",
+        rf"(?:got|landed|took|accepted) (?:a|the|an) (?:new )?(?:job|position|role|offer)"
+        rf" (?:at|with) {_ORG}",
+    ),
     ("employer", rf"(?:new )?(?:employer|company) is(?: now)? {_ORG}"),
+    (
+        "employer",
+        rf"(?:accepted|took|signed|got) (?:an|the|a) (?:new )?(?:job )?(?:offer|contract)"
+        rf" (?:from|at|with) {_ORG}",
+    ),
     ("role", rf"(?:works?|working|started|serves?) as (?:a|an|the) {_PHRASE}"),
     ("role", rf"(?:got )?promoted to {_PHRASE}"),
     ("role", rf"(?:became|is now|'s now) (?:a|an|the) (?:new )?{_PHRASE}"),
     ("role", rf"(?:new )?(?:role|job title|title|position) is(?: now)? (?:a |an |the )?{_PHRASE}"),
     ("partner", rf"(?:dating|seeing|engaged to|married to|married|together with) {_PERSON}"),
     ("partner", rf"(?:new )?(?:{_PARTNER})(?:'s name)? is(?: now)?(?: called| named)? {_PERSON}"),
-    ("pet+:", rf"(?:has|have|got|adopted|rescued|owns?|brought home|bought) (?:a|an|the|another)"
-     rf" (?P<new>new )?(?:\w+ )?(?P<k>{_PETS}) (?:named|called) {_PERSON}"),
+    (
+        "pet+:",
+        rf"(?:has|have|got|adopted|rescued|owns?|brought home|bought) (?:a|an|the|another)"
+        rf" (?P<new>new )?(?:\w+ )?(?P<k>{_PETS}) (?:named|called) {_PERSON}",
+    ),
     ("pet:", rf"(?P<new>new )?(?P<k>{_PETS})(?:'s name)? is(?: now)?(?: named| called)? {_PERSON}"),
     ("count:", rf"(?:has|have|owns?|keeps?)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
-    ("thing:", rf"(?:drives?|driving|rides?|riding) (?:a|an|the) (?P<k>)(?P<v>[A-Z][\w-]*(?: \w+)?)"),
+    (
+        "thing:",
+        r"(?:drives?|driving|rides?|riding) (?:a|an|the) (?P<k>)(?P<v>[A-Z][\w-]*(?: \w+)?)",
+    ),
     ("thing:", rf"(?P<new>new )?(?P<k>{_THINGS}) is(?: now)? (?:a|an|the) {_PHRASE}"),
-    ("favourite:", r"(?:new )?(?:all-time )?favou?rite (?P<k>[a-z]+(?: [a-z]+)?) is(?: now)?"
-     r"(?: definitely| probably)? (?P<v>[\w'&-]+(?: [\w'&-]+){0,3})"),
+    (
+        "favourite:",
+        r"(?:new )?(?:all-time )?favou?rite (?P<k>[a-z]+(?: [a-z]+)?) is(?: now)?"
+        r"(?: definitely| probably)? (?P<v>[\w'&-]+(?: [\w'&-]+){0,3})",
+    ),
     ("phone", rf"(?:new )?(?:phone|mobile|cell)?(?: ?number| phone) is(?: now)? {_PHONE}"),
     ("phone", rf"(?:reached|reachable|contacted) (?:at|on) {_PHONE}"),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
     # "Sushi is now Dana's favourite food"
-    ("favourite:", r"^(?P<v>[\w'&-]+(?: [\w'&-]+){0,3}) is(?: now)? " + _WHO + r"'s (?:new )?favou?rite "
-     r"(?P<k>[a-z]+(?: [a-z]+)?)$"),
+    (
+        "favourite:",
+        r"^(?P<v>[\w'&-]+(?: [\w'&-]+){0,3}) is(?: now)? " + _WHO + r"'s (?:new )?favou?rite "
+        r"(?P<k>[a-z]+(?: [a-z]+)?)$",
+    ),
 ]
 
 _HEDGE = re.compile(
     r"\b(?:maybe|perhaps|might|may|could|would|should|possibly|probably|thinking (?:about|of)|"
     r"considering|plans? to|planning|hoping|hopes? to|wants? to|wanted to|would like|will|"
-    r"(?<!stopped )(?<!quit )(?<!stop )going to|gonna|if|unless|wonders?|wondering|not sure|unsure|someday|one day|dreams? of|"
+    r"(?<!stopped )(?<!quit )(?<!stop )going to|gonna|if|unless|wonders?|wondering|not sure|"
+    r"unsure|someday|one day|dreams? of|"
     r"rumou?r|apparently|supposedly|pretend|imagine|wish(?:es)?)\b",
     re.IGNORECASE,
 )
@@ -268,7 +306,7 @@ _CANCEL = re.compile(
 
 
 def _holder_ok(who: str, names: Sequence[str]) -> bool:
-    who = who.strip().lower().removesuffix("'s")
+    who = who.strip().lower().removesuffix("'s").removesuffix(" and others")
     if who == "i":
         return True
     for name in names:
@@ -319,11 +357,15 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
         return None
     stop = bool(_NEG_STOP.search(body))
     denied = _NEGATED.search(body)
+    plain = _positive(body, names, correction)
+    if denied and plain is not None and denied.start() >= plain[1]:
+        denied = None  # a negation in a later clause ("..., it never lets me down")
     if denied:
         positive = body[: denied.start()] + body[denied.end() :]
-        claim = _positive(positive, names, correction)
-        reason: Reason = "negation" if stop or "no longer" in denied.group(0).lower() else (
-            "contradiction"
+        found = _positive(positive, names, correction)
+        claim = found[0] if found else None
+        reason: Reason = (
+            "negation" if stop or "no longer" in denied.group(0).lower() else ("contradiction")
         )
         rest = body[denied.end() :]
         words = salient(rest, names)
@@ -335,15 +377,19 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
     who = re.match(rf"^{_WHO}(?:'s)?\s", body)
     if _SINGLE.search(body) and who and _holder_ok(who["who"], names):
         return Claim("partner", "", "negation", frozenset(), correction)
-    if (m := _STOPPED_VERB.search(body)) and (
-        (h := _HOLDER_ONLY.match(body[: m.start()])) and _holder_ok(h["who"], names)
+    if (
+        (m := _STOPPED_VERB.search(body))
+        and (
+            not body[: m.start()].strip()  # no subject: the speaker's own ("Sold the old bike")
+            or ((h := _HOLDER_ONLY.match(body[: m.start()])) and _holder_ok(h["who"], names))
+        )
     ):
-        what = m["what"]
+        what = re.split(r"\s+for (?:a|an|the)\s", m["what"])[0]  # "traded X for a Y": X
         return Claim("state", _norm(what), "negation", salient(what, names), correction)
     if (m := _DIED.match(body)) and not _owned_by_other(m["what"], names):
         what = m["what"]
         return Claim("state", _norm(what), "negation", salient(what, names), correction)
-    claim = _positive(body, names, correction)
+    claim = plain[0] if plain else None
     if claim is not None and stop:
         return Claim(claim.attribute, claim.value, "negation", claim.words, correction)
     return claim
@@ -355,7 +401,8 @@ def _owned_by_other(phrase: str, names: Sequence[str]) -> bool:
     return m is not None and not _holder_ok(m[1], names)
 
 
-def _positive(body: str, names: Sequence[str], correction: bool) -> Claim | None:
+def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim, int] | None:
+    """The first attribute claim ``body`` makes of its holder, and where its match ends."""
     own, first = _compiled()
     for attr, pattern in own:
         m = pattern.search(body)
@@ -379,11 +426,12 @@ def _positive(body: str, names: Sequence[str], correction: bool) -> Claim | None
             attribute, value = attr, _norm(groups["v"])
         if value:
             words = salient(groups.get("v") or "", names)
-            return Claim(attribute, value, None, words, correction)
+            return Claim(attribute, value, None, words, correction), m.end()
     for attr, pattern in first:
         m = pattern.search(body)
         if m and _holder_ok(m["who"], names):
-            return Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
+            claim = Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
+            return claim, m.end()
     return None
 
 
@@ -407,9 +455,18 @@ def _overlaps(words: frozenset[str], text: str, names: Sequence[str]) -> bool:
     when it names one or two, at least two of them otherwise."""
     if not words:
         return False
-    have = salient(text, names)
-    shared = words & have
+    shared = _shared(words, salient(text, names))
     return len(shared) == len(words) or len(shared) >= 2
+
+
+def _shared(words: frozenset[str], have: frozenset[str]) -> set[str]:
+    """Words of ``words`` found in ``have``, a stem matching a longer one it opens when both
+    share five letters ("allergy" / "allergic")."""
+    out = set()
+    for w in words:
+        if w in have or (len(w) >= 5 and any(h[:5] == w[:5] and len(h) >= 5 for h in have)):
+            out.add(w)
+    return out
 
 
 def ends(new: NewFact, current: Sequence[CurrentFact]) -> list[Ending]:
@@ -582,6 +639,7 @@ def retracted(
     names = _names(subject)
     earlier = [f for f in current if f.time <= time]
     if not request.target:
+        earlier = [f for f in earlier if f.time < time]  # the statement before the request
         if not earlier:
             return []
         last = max(f.time for f in earlier)
