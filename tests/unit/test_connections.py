@@ -163,7 +163,7 @@ async def test_oauth_token_provider_hook_sync_and_async() -> None:
         assert isinstance(provider, AbstractTokenProvider)
         assert await provider.token() == token
         assert isinstance(faust_credentials(s.kafka), faust.OAuthCredentials)
-    with pytest.raises(ConfigError, match="GAAMA_KAFKA__OAUTH_TOKEN_PROVIDER 'nope.mod:f'"):
+    with pytest.raises(ConfigError, match=r"GAAMA_KAFKA__OAUTH_TOKEN_PROVIDER 'nope\.mod:f'"):
         load_callable("nope.mod:f", "GAAMA_KAFKA__OAUTH_TOKEN_PROVIDER")
     with pytest.raises(ConfigError, match="invalid configuration"):
         load_settings(
