@@ -48,6 +48,8 @@ embedder = build_embedder(load_settings())
 assert embedder.embed_sync(["smoke test"]).shape == (1, 384)
 import services.ingest.main, services.extract.main, services.reflect.main, services.query.main  # noqa: E401
 assert "torch" not in sys.modules and "sentence_transformers" not in sys.modules
+from aiokafka import codec  # every compression codec a producer may use decodes
+assert codec.has_snappy() and codec.has_lz4() and codec.has_zstd()
 PY
 
 # Byte-compile now: the runtime root filesystem is read-only, so .pyc files cannot be written

@@ -69,7 +69,9 @@ class Stores:
 async def ensure_index(settings: Settings, dim: int) -> None:
     """Create the vector index if needed (a short-lived client: the service's own client must
     only ever be used on the service's event loop)."""
-    client = connect(settings.redis_url, cluster=settings.redis_cluster, socket_timeout=10)
+    client = connect(
+        settings.redis_url, cluster=settings.redis_cluster, auth=settings.redis, socket_timeout=10
+    )
     keys = Keys(settings.key_prefix)
     try:
         await VectorIndex(client, settings.index_name, dim, keys).ensure()
@@ -89,6 +91,7 @@ def connect_stores(settings: Settings, dim: int) -> Stores:
     client = connect(
         settings.redis_url,
         cluster=settings.redis_cluster,
+        auth=settings.redis,
         socket_timeout=10,
         socket_connect_timeout=5,
         health_check_interval=30,

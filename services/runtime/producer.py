@@ -21,6 +21,7 @@ from aiokafka.errors import KafkaError
 from gaama.config import Settings
 from gaama.errors import BrokerUnavailable
 from gaama.events import Event, encode, topic_name
+from services.runtime.kafka import client_options
 from services.runtime.logs import OutageLog
 
 log = logging.getLogger("gaama.producer")
@@ -45,6 +46,7 @@ class EventProducer:
                     bootstrap_servers=self.settings.kafka_bootstrap_servers,
                     acks="all",
                     request_timeout_ms=int(self.timeout_s * 1000),
+                    **client_options(self.settings.kafka),
                 )
                 try:
                     await asyncio.wait_for(producer.start(), timeout)

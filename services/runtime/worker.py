@@ -39,10 +39,12 @@ from gaama.store.keys import Keys
 from services.runtime.acks import acknowledge, run_batches
 from services.runtime.background import Periodic
 from services.runtime.http import ReadyCheck, ops_app
+from services.runtime.kafka import Transport, faust_credentials
 from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, backoff_delay, process_batch
 from services.runtime.progress import Progress
-from services.runtime.records import BatchResult, Record
+from services.runtime.records import BatchResult, Failure, Record
+from services.runtime.salvage import undecodable
 from services.runtime.shutdown import Drain
 from services.runtime.stall import Stall
 
@@ -73,6 +75,9 @@ class StageApp(faust.App):
     stall: Stall
     progress: Progress | None = None
 
+    def _new_transport(self) -> Any:
+        return Transport(self.conf.broker_consumer, self)
+
 
 def make_app(service: str, settings: Settings, port: int) -> StageApp:
     app_id = f"{settings.topic_prefix}gaama-{service}"
@@ -83,6 +88,7 @@ def make_app(service: str, settings: Settings, port: int) -> StageApp:
     app = StageApp(
         app_id,
         broker=f"kafka://{settings.kafka_bootstrap_servers}",
+        broker_credentials=faust_credentials(settings.kafka),
         key_serializer="raw",
         value_serializer="raw",
         web_host=settings.http_host,
@@ -97,6 +103,8 @@ def make_app(service: str, settings: Settings, port: int) -> StageApp:
         broker_session_timeout=settings.consumer_session_timeout_s,
         broker_heartbeat_interval=max(1.0, settings.consumer_session_timeout_s / 3),
         broker_rebalance_timeout=max(10.0, settings.consumer_session_timeout_s * 2),
+        # faust refuses a session timeout longer than the request timeout (90 s by default).
+        broker_request_timeout=max(90.0, settings.consumer_session_timeout_s),
         store="memory://",  # no Tables: pipeline state lives in Redis (ARCHITECTURE.md §3)
         datadir=str(datadir),
         web_enabled=True,
@@ -203,28 +211,37 @@ def consume(
         )
 
     async def handle(events: list[Any]) -> tuple[BatchResult, float]:
-        records = [
-            Record(
-                topic=e.message.topic,
-                key=e.key,
-                value=e.value,
-                partition=e.message.partition,
-                offset=e.message.offset,
+        records: list[Record] = []
+        salvaged: list[Failure] = []
+        for e in events:
+            lag.saw(e.message.partition, e.message.offset)
+            mark = undecodable(e.message.headers)
+            if mark is not None:
+                salvaged.append(_undecodable_failure(e.message, mark))
+                continue
+            records.append(
+                Record(
+                    topic=e.message.topic,
+                    key=e.key,
+                    value=e.value,
+                    partition=e.message.partition,
+                    offset=e.message.offset,
+                )
             )
-            for e in events
-        ]
-        for r in records:
-            lag.saw(r.partition, r.offset)
         t0 = time.perf_counter()
-        metrics.consumed.inc(len(records))
-        result = await process_batch(
-            handler,
-            records,
-            max_retries=settings.max_retries,
-            backoff=settings.retry_backoff_s,
-            on_retry=metrics.retries.inc,
-            on_outage=outage,
-        )
+        metrics.consumed.inc(len(events))
+        if records:
+            result = await process_batch(
+                handler,
+                records,
+                max_retries=settings.max_retries,
+                backoff=settings.retry_backoff_s,
+                on_retry=metrics.retries.inc,
+                on_outage=outage,
+            )
+        else:
+            result = BatchResult()
+        result.failed += salvaged
         return result, t0
 
     async def write(events: list[Any], handled: tuple[BatchResult, float]) -> None:
@@ -285,6 +302,23 @@ def consume(
     return lag
 
 
+def _undecodable_failure(message: Any, mark: Any) -> Failure:
+    """The dead letter of a record batch the consumer could not decode: its raw bytes, the
+    first offset it covers (the error names the range) and the reason."""
+    record = Record(
+        topic=message.topic,
+        key=None,
+        value=bytes(message.value or b""),
+        partition=message.partition,
+        offset=mark.first_offset,
+    )
+    error = (
+        f"record batch at offsets {mark.first_offset}..{mark.last_offset} cannot be decoded: "
+        f"{mark.reason}"
+    )
+    return Failure(record, "undecodable", error)
+
+
 def stage_app(
     service: str,
     settings: Settings,
@@ -320,6 +354,7 @@ def _durability(settings: Settings) -> Durability:
     client = connect(
         settings.redis_url,
         cluster=settings.redis_cluster,
+        auth=settings.redis,
         socket_timeout=settings.durability_timeout_s + 5,
     )
     return Durability(

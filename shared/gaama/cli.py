@@ -63,7 +63,7 @@ def _migrate(args: argparse.Namespace) -> int:
         return _migrate_graph(settings)
 
     async def run() -> None:
-        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster, auth=settings.redis)
         try:
             name = args.to or settings.index_name
             index = VectorIndex(redis, name, settings.embed_dim, Keys(settings.key_prefix))
@@ -97,7 +97,7 @@ def _migrate_graph(settings: Settings) -> int:
     from gaama.store.migrate_graph import migrate_graph
 
     async def run() -> None:
-        redis = connect(settings.redis_url, cluster=settings.redis_cluster)
+        redis = connect(settings.redis_url, cluster=settings.redis_cluster, auth=settings.redis)
         try:
             r = await migrate_graph(
                 redis,

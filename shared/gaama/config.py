@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from gaama import ids
+from gaama.connections import KafkaConnection, RedisConnection
 from gaama.errors import ConfigError
 from gaama.ids import TenantId
 
@@ -182,12 +183,18 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6390/0"
     # Redis Cluster: redis_url names any one primary (the others are discovered from it).
     redis_cluster: bool = False
+    # ACL user, password and TLS files of every Redis client (GAAMA_REDIS__*; TLS by rediss://).
+    redis: RedisConnection = Field(default_factory=RedisConnection)
     kafka_bootstrap: str = "127.0.0.1:9093"
+    # Security protocol, SASL and TLS of every Kafka client (GAAMA_KAFKA__*).
+    kafka: KafkaConnection = Field(default_factory=KafkaConnection)
     topic_partitions: int = Field(4, ge=1, le=1024)
     topic_prefix: str = Field("", pattern=r"^[A-Za-z0-9_.\-]*$")  # tests isolate topics with it
     # A consumer that dies holds its partitions until the session times out: keep it short so a
-    # restarted worker takes over quickly (faust's default is 60 s).
-    consumer_session_timeout_s: float = Field(10.0, ge=2, le=300)
+    # restarted worker takes over quickly (faust's default is 60 s). The bounds are Apache
+    # Kafka's default group.min.session.timeout.ms and group.max.session.timeout.ms: a broker
+    # refuses a session outside them, so the start fails here instead, naming the variable.
+    consumer_session_timeout_s: float = Field(10.0, ge=6, le=1800)
     # Seconds from SIGTERM until the process must be gone: set it to the pod's
     # terminationGracePeriodSeconds (a consumer finishes or abandons its batch within it).
     shutdown_grace_s: float = Field(30.0, ge=8, le=3600)
@@ -371,6 +378,10 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"an LLM needs both GAAMA_LLM_BASE_URL and GAAMA_LLM_MODEL; "
                 f"missing {', '.join(missing)}"
+            )
+        if self.redis.tls_files and not self.redis_url.startswith("rediss://"):
+            raise ValueError(
+                "GAAMA_REDIS__SSL_* files are set but GAAMA_REDIS_URL is not rediss:// (TLS)"
             )
         if self.llm_cassette_mode != "off" and not self.llm_cassette:
             raise ValueError("GAAMA_LLM_CASSETTE_MODE is set but GAAMA_LLM_CASSETTE is not")

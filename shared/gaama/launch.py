@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
+from pydantic import BaseModel, SecretStr
 
 from gaama.config import Settings
 from gaama.devstack import free_port
@@ -48,7 +49,24 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "GAAMA_DURABILITY": settings.durability,
         "GAAMA_INGEST_BATCH": str(settings.ingest_batch),
         "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
+        **_nested_env("GAAMA_KAFKA__", settings.kafka),
+        **_nested_env("GAAMA_REDIS__", settings.redis),
     }
+
+
+def _nested_env(prefix: str, model: BaseModel) -> dict[str, str]:
+    """``model``'s fields that differ from their defaults, secrets in clear (the child needs
+    them), as ``<prefix><FIELD>`` variables."""
+    out = {}
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if name in model.model_fields_set and value is not None:
+            if isinstance(value, SecretStr):
+                value = value.get_secret_value()
+            elif isinstance(value, bool):
+                value = "true" if value else "false"
+            out[f"{prefix}{name.upper()}"] = str(value)
+    return out
 
 
 class ServiceProcess:

@@ -27,6 +27,7 @@ DLQ_REASONS = (
     "permanent",
     "transient",
     "too_large",
+    "undecodable",
     "error",
 )
 LLM_FAILURES = (

@@ -138,8 +138,14 @@ def start_redis(directory: Path, port: int, cluster_bus: int | None = None) -> i
 
 
 def start_tansu(
-    directory: Path, port: int, storage: str = "memory://tansu/", env: dict[str, str] | None = None
+    directory: Path,
+    port: int,
+    storage: str = "memory://tansu/",
+    env: dict[str, str] | None = None,
+    advertise: str | None = None,
 ) -> int:
+    """Start Tansu on ``port``; clients are told to reach it at ``advertise`` (``host:port``,
+    a proxy in front of it, say), or at the port itself."""
     url = f"tcp://127.0.0.1:{port}"
     args = [
         str(tansu_binary()),
@@ -147,7 +153,7 @@ def start_tansu(
         "--listener-url",
         url,
         "--advertised-listener-url",
-        url,
+        f"tcp://{advertise}" if advertise else url,
         "--storage-engine",
         storage,
     ]

@@ -11,8 +11,10 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gaama.devstack import processes, redis_cluster
 from gaama.devstack.processes import StackError
@@ -123,9 +125,14 @@ class Stack:
 
 
 async def create_topics(
-    bootstrap: str, partitions: int, prefix: str = "", request_timeout: float = 30
+    bootstrap: str,
+    partitions: int,
+    prefix: str = "",
+    request_timeout: float = 30,
+    client_options: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """Create every GAAMA topic and its DLQ twin (idempotent); returns the names."""
+    """Create every GAAMA topic and its DLQ twin (idempotent); returns the names.
+    ``client_options`` are the admin client's security arguments (aiokafka's names)."""
     from aiokafka.admin import AIOKafkaAdminClient, NewTopic
     from aiokafka.errors import TopicAlreadyExistsError
 
@@ -133,7 +140,9 @@ async def create_topics(
     for base in TOPICS:
         names += [topic_name(base, prefix), topic_name(dlq(base), prefix)]
     admin = AIOKafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=int(request_timeout * 1000)
+        bootstrap_servers=bootstrap,
+        request_timeout_ms=int(request_timeout * 1000),
+        **(client_options or {}),
     )
     await asyncio.wait_for(admin.start(), request_timeout)
     try:

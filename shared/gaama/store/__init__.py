@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import redis.asyncio as aioredis
 
+if TYPE_CHECKING:
+    from gaama.connections import RedisConnection
 
-def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redis:
+
+def connect(
+    url: str,
+    *,
+    cluster: bool = False,
+    auth: RedisConnection | None = None,
+    **options: Any,
+) -> aioredis.Redis:
     """An async Redis client for GAAMA's stores.
 
     RESP2 is asked for explicitly: redis-py 8 negotiates RESP3 by default, which parses the
@@ -18,7 +27,12 @@ def connect(url: str, *, cluster: bool = False, **options: Any) -> aioredis.Redi
     (:class:`gaama.store.cluster.ClusterClient`) seeded from ``url``: it offers the commands the
     stores use under the same names and routes each to the primary holding its keys' slot; what
     needs a chosen primary (searches, scans, fsync waits) goes through :mod:`gaama.store.cluster`.
+
+    ``auth`` (``GAAMA_REDIS__*``) adds the ACL user and password and, for ``rediss://``, the TLS
+    files; a cluster client uses them for every primary it discovers.
     """
+    if auth is not None:
+        options = {**auth.client_options(url), **options}
     if cluster:
         from redis.asyncio.retry import Retry
         from redis.backoff import NoBackoff
