@@ -27,6 +27,7 @@ from gaama.retrieval.pack import Item, Provenance
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
 from gaama.store.forget import ForgetStore, Hidden
 from gaama.store.graph import GraphStore
+from gaama.store.validity import validity_of
 from gaama.store.vectors import VectorIndex
 from services.query.memories import ForgetDeps, MemoryOut, visible
 from services.runtime.readiness import stores_ready
@@ -106,6 +107,12 @@ class ItemOut(BaseModel):
     ppr: float
     score: float
     provenance: list[ProvenanceOut]
+    valid_from: float | None = None
+    valid_to: float | None = None
+    learned_at: float | None = None
+    retired_at: float | None = None
+    superseded_by: str | None = None
+    superseded_reason: str | None = None
 
 
 class Stats(BaseModel):
@@ -199,6 +206,7 @@ def _item(i: Item) -> dict[str, object]:
         "ppr": round(i.ppr, 6),
         "score": round(i.score, 6),
         "provenance": [{"episode_id": p.episode_id, "turn_id": p.turn_id} for p in i.provenance],
+        **i.validity.as_dict(),
     }
 
 
@@ -336,6 +344,7 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
         sources=_sources(node),
         neighbours=neighbours,
         neighbours_total=len(adjacency),
+        **validity_of(node.extra).as_dict(),
     )
 
 

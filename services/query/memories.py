@@ -35,6 +35,7 @@ from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Item
 from gaama.store.forget import ForgetStore, Hidden
 from gaama.store.graph import GraphStore
+from gaama.store.validity import VALIDITY_FIELDS, validity_of
 from gaama.store.vectors import VectorIndex
 from services.runtime.producer import EventProducer
 
@@ -71,6 +72,12 @@ class MemoryOut(BaseModel):
     subject: str
     turn_id: str
     speaker: str
+    valid_from: float | None = None
+    valid_to: float | None = None
+    learned_at: float | None = None
+    retired_at: float | None = None
+    superseded_by: str | None = None
+    superseded_reason: str | None = None
 
 
 class MemoryPage(BaseModel):
@@ -209,7 +216,7 @@ async def list_memories(
     read in part: such a group is read whole (facts of one chunk share a time)."""
     after = _uncursor(q.cursor) if q.cursor else None
     kinds = [NodeKind(q.kind)] if q.kind else [NodeKind(k) for k in LISTABLE]
-    fields = ("text", "conversation", "subject", "turn_id", "speaker")
+    fields = ("text", "conversation", "subject", "turn_id", "speaker", *VALIDITY_FIELDS)
 
     async def scan(**kw: Any) -> list[tuple[float, str, NodeKind, dict[str, str]]]:
         rows = await index.scan(
@@ -244,6 +251,7 @@ async def list_memories(
             subject=f.get("subject", ""),
             turn_id=f.get("turn_id", ""),
             speaker=f.get("speaker", ""),
+            **validity_of(f).as_dict(),
         )
         for t, n, k, f in page
         if not hidden.covers(f.get("conversation", ""), f.get("subject", ""))
@@ -280,7 +288,7 @@ async def export_subject(
     frontier = list(episodes)
     follow = {
         NodeKind.EPISODE: (EdgeKind.DERIVED_FROM, EdgeKind.HAS_CONCEPT),
-        NodeKind.FACT: (EdgeKind.DERIVED_FROM_FACT, EdgeKind.ABOUT_CONCEPT),
+        NodeKind.FACT: (EdgeKind.DERIVED_FROM_FACT, EdgeKind.ABOUT_CONCEPT, EdgeKind.SUPERSEDES),
     }
     while frontier:
         batch = [n for n in dict.fromkeys(frontier) if n not in seen]
@@ -304,6 +312,8 @@ async def export_subject(
             }
             if sources := node.extra.get("sources"):
                 line["sources"] = sources.split(",")
+            if node.kind is NodeKind.FACT:
+                line.update(validity_of(node.extra).as_dict())
             yield (json.dumps(line, ensure_ascii=False) + "\n").encode()
             for nb in adjacency.get(node_id, []):
                 if nb.kind in follow.get(node.kind, ()):

@@ -285,6 +285,9 @@ class Settings(BaseSettings):
     concept_merge_similarity: float = Field(0.9, gt=0, le=1)
     concept_merge_fuzz: float = Field(92.0, gt=0, le=100)
     fact_dedupe_similarity: float = Field(0.95, gt=0, le=1)
+    # Same-subject facts nearest each new fact that the update rules are asked about (0: no
+    # fact ends another; gaama.extract.supersede).
+    supersede_candidates: int = Field(30, ge=0, le=200)
     reflection_dedupe_similarity: float = Field(0.93, gt=0, le=1)
     max_retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: float = Field(0.5, ge=0, le=60)

@@ -24,6 +24,7 @@ class EdgeKind(StrEnum):
     DERIVED_FROM_FACT = "DERIVED_FROM_FACT"
     HAS_CONCEPT = "HAS_CONCEPT"
     ABOUT_CONCEPT = "ABOUT_CONCEPT"
+    SUPERSEDES = "SUPERSEDES"  # a newer fact -> the older fact it ends
 
 
 #: Type weight of each edge kind (ARCHITECTURE.md §1).
@@ -33,6 +34,7 @@ EDGE_TYPE_WEIGHTS: dict[EdgeKind, float] = {
     EdgeKind.HAS_CONCEPT: 0.8,
     EdgeKind.ABOUT_CONCEPT: 0.8,
     EdgeKind.DERIVED_FROM_FACT: 0.5,
+    EdgeKind.SUPERSEDES: 0.5,
 }
 
 #: The walk weight raises an edge's stored weight (its confidence, in [0, 1]) to this power, so
@@ -71,6 +73,7 @@ EDGE_ENDPOINTS: dict[EdgeKind, tuple[NodeKind, NodeKind]] = {
     EdgeKind.DERIVED_FROM_FACT: (NodeKind.REFLECTION, NodeKind.FACT),
     EdgeKind.HAS_CONCEPT: (NodeKind.EPISODE, NodeKind.CONCEPT),
     EdgeKind.ABOUT_CONCEPT: (NodeKind.FACT, NodeKind.CONCEPT),
+    EdgeKind.SUPERSEDES: (NodeKind.FACT, NodeKind.FACT),
 }
 
 

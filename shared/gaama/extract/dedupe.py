@@ -42,12 +42,19 @@ class FactDedupe:
         self.resolved = dict(self.own_id)
 
     def near_duplicates(
-        self, searched: Sequence[str], hits: Sequence[Sequence[Any]], threshold: float
+        self,
+        searched: Sequence[str],
+        hits: Sequence[Sequence[Any]],
+        threshold: float,
+        apart: Callable[[str, Any], bool] | None = None,
     ) -> None:
         """Resolve the drafts of each searched id to its nearest hit when that is similar
-        enough (``hits``: each search's results, best first)."""
+        enough (``hits``: each search's results, best first), unless ``apart`` says the two
+        must stay apart (the new text ends the old one: a change of value is not a duplicate)."""
         for own, found in zip(searched, hits, strict=True):
             if found and found[0].similarity >= threshold:
+                if apart is not None and apart(own, found[0]):
+                    continue
                 target = found[0].id
                 self.resolved.update({i: target for i, g in self.own_id.items() if g == own})
 

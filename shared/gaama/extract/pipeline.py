@@ -30,13 +30,15 @@ from gaama.extract.concepts import canonicalize_label
 from gaama.extract.context import node_texts, read_context
 from gaama.extract.dedupe import FactDedupe, fact_writes
 from gaama.extract.lease import CloseLeases
-from gaama.extract.types import EpisodeView, word_count
+from gaama.extract.supersede import Known, endings, ends_one
+from gaama.extract.types import EpisodeView, FactDraft, word_count
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
 from gaama.store.graph import GraphStore
 from gaama.store.outbox import Outbox
-from gaama.store.vectors import VectorIndex
+from gaama.store.validity import LEARNED_AT, VALID_FROM, Ending
+from gaama.store.vectors import Hit, VectorIndex
 
 log = logging.getLogger("gaama.extract")
 
@@ -44,6 +46,23 @@ log = logging.getLogger("gaama.extract")
 _GONE_RETRIES = 3
 #: The close lock's lease when GAAMA_CHUNK_LOCK_S is unset; renewed every third of it.
 DEFAULT_LOCK_S = 15.0
+
+
+#: Fields read with each related fact found for a new one (the update rules read them).
+_RELATED_FIELDS = ("text", "time", VALID_FROM)
+
+
+def _known(fid: str, draft: FactDraft, by_id: dict[str, EpisodeView], chunk_ids: set[str]) -> Known:
+    """A draft as the update rules read it: valid from its latest source turn's time."""
+    times = [by_id[s].timestamp.timestamp() for s in draft.source_episode_ids if s in chunk_ids]
+    return Known(fid, draft.text, draft.subject, max(times, default=0.0))
+
+
+def _hit_known(hit: Hit, subject: str) -> Known:
+    """A related fact found by the same-subject search, as the update rules read it."""
+    f = hit.fields
+    since = f.get(VALID_FROM) or f.get("time") or "0"
+    return Known(hit.id, f.get("text", ""), subject, float(since))
 
 
 def label_text(label: str) -> str:
@@ -272,9 +291,10 @@ class ExtractionPipeline:
                     self.d.index.knn(
                         tenant,
                         v,
-                        1,
+                        max(1, self.s.supersede_candidates),
                         kinds=[NodeKind.FACT],
                         subject=result.facts[first[f]].subject or None,
+                        fields=_RELATED_FIELDS,
                     )
                     for f, v in zip(searched, fact_vecs, strict=True)
                 )
@@ -295,10 +315,22 @@ class ExtractionPipeline:
                     Edge(eid, cid[lab], EdgeKind.HAS_CONCEPT) for lab in dict.fromkeys(of_episode)
                 ]
         dedupe = FactDedupe(own_id, present, dict(zip(searched, fact_vecs, strict=True)))
-        dedupe.near_duplicates(searched, fact_hits, self.s.fact_dedupe_similarity)
+        drafts = {  # each searched text as the update rules read it
+            f: _known(f, result.facts[first[f]], by_id, chunk_ids) for f in searched
+        }
+        dedupe.near_duplicates(
+            searched,
+            fact_hits,
+            self.s.fact_dedupe_similarity,
+            apart=lambda own, hit: ends_one(drafts[own], _hit_known(hit, drafts[own].subject)),
+        )
         fact_nodes, fact_fields, all_fact_ids, new_fact_ids = await fact_writes(
             self.d.graph, self._embed, tenant, conversation, result.facts, dedupe, chunk_ids, by_id
         )
+        learned = repr(self._now())
+        for node in fact_nodes:  # valid from its source turn's session time
+            node.extra.setdefault(VALID_FROM, repr(float(node.time)))
+            node.extra.setdefault(LEARNED_AT, learned)
         for draft, fid in zip(result.facts, all_fact_ids, strict=True):
             if fid is None:
                 continue
@@ -310,6 +342,18 @@ class ExtractionPipeline:
             edges += [
                 Edge(fid, cid[lab], EdgeKind.ABOUT_CONCEPT) for lab in dict.fromkeys(draft.concepts)
             ]
+        ended: list[Ending] = []
+        if self.s.supersede_candidates > 0:
+            near = dict(zip(searched, fact_hits, strict=True))
+            fresh = [Known(n.id, n.text, n.subject, n.time) for n in fact_nodes]
+            related = {
+                k.id: [_hit_known(h, k.subject) for h in near.get(k.id, []) if h.id != k.id]
+                for k in fresh
+            }
+            ended = endings(fresh, related)
+            edges += [Edge(e.new, e.old, EdgeKind.SUPERSEDES) for e in ended]
+        written = {n.id for n in fact_nodes}
+        stored_ended = [e.old for e in ended if e.old not in written]
         chunk_id = ids.chunk_id(tenant, conversation, episode_ids[0], episode_ids[-1])
         words = sum(max(1, word_count(e.raw_text)) for e in chunk)
         # episodes whose node vanished still leave the chunk
@@ -327,7 +371,7 @@ class ExtractionPipeline:
             extractor=self.d.extractor.name,
         )
         outbox = self.d.outbox
-        queue = [close]
+        queue = [close, self.d.graph.supersede_ops(tenant, ended, self._now())]
         if outbox is not None:  # the event waits with the data until reflect has handled it
             queue.append(outbox.add_ops(tenant, chunk_id, encode(event), self._now()))
         await self.d.graph.write(
@@ -336,7 +380,8 @@ class ExtractionPipeline:
             edges,
             node_fields=fact_fields,
             also=queue,
-            require=[*chunk_ids, *fact_fields],
+            # an ended fact stored before must still be there (a forget may have removed it)
+            require=list(dict.fromkeys([*chunk_ids, *fact_fields, *stored_ended])),
         )
         if outbox is not None:
             await outbox.announce(tenant)

@@ -16,6 +16,7 @@ from gaama.retrieval.ppr import PPRResult, csr_arrays, personalized_pagerank
 from gaama.retrieval.scoring import cosine, node_kind
 from gaama.retrieval.timeq import Period, in_periods
 from gaama.store.subgraph import Expansion
+from gaama.store.validity import validity_of
 from gaama.store.vectors import LexicalHit
 
 
@@ -140,5 +141,7 @@ def show(item: Item, fields: Mapping[str, str], compact_text: bool = True) -> No
     if item.kind is NodeKind.EPISODE:
         if (turn := get("turn_id")) is not None:
             item.provenance = [Provenance(item.id, turn)]
-    elif item.kind is NodeKind.FACT and (sources := get("sources")):
-        item.sources = tuple(e for e in sources.split(",") if e)
+    elif item.kind is NodeKind.FACT:
+        if sources := get("sources"):
+            item.sources = tuple(e for e in sources.split(",") if e)
+        item.validity = validity_of(fields)

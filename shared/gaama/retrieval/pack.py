@@ -37,6 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gaama.model import NodeKind
+from gaama.store.validity import Validity
 
 #: Kinds that packing returns, in the order they appear in the packed memory.
 RETURNED_KINDS = (NodeKind.FACT, NodeKind.REFLECTION, NodeKind.EPISODE)
@@ -65,6 +66,7 @@ class Item:
     score: float = 0.0
     provenance: list[Provenance] = field(default_factory=list)
     sources: tuple[str, ...] = ()  # a fact's source episode ids (for packing, rule 5)
+    validity: Validity = field(default_factory=Validity)  # a fact's valid and learned times
 
     @property
     def words(self) -> int:

@@ -91,6 +91,7 @@ from gaama.retrieval.scoring import cosine, score_candidates
 from gaama.retrieval.timeq import query_periods
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion, ReadAhead
+from gaama.store.validity import VALIDITY_FIELDS
 from gaama.store.vectors import VectorIndex
 
 # The request's bounds and result types are defined in gaama.retrieval.request; callers import
@@ -110,7 +111,17 @@ __all__ = [
 
 # Stored fields read with each candidate: what an item shows, a fact's source episodes, and who
 # the node is said by or about (the named-person prior).
-_SHOWN = ("text", "time", "conversation", "seq", "turn_id", "sources", "speaker", "subject")
+_SHOWN = (
+    "text",
+    "time",
+    "conversation",
+    "seq",
+    "turn_id",
+    "sources",
+    "speaker",
+    "subject",
+    *VALIDITY_FIELDS,
+)
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
 # would count their words twice.
 LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)

@@ -161,6 +161,7 @@ EDGE_CODES: dict[EdgeKind, str] = {
     EdgeKind.DERIVED_FROM_FACT: "F",
     EdgeKind.HAS_CONCEPT: "H",
     EdgeKind.ABOUT_CONCEPT: "A",
+    EdgeKind.SUPERSEDES: "S",
 }
 _BY_CODE = {
     **{c.encode(): (k, True) for k, c in EDGE_CODES.items()},

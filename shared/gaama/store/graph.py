@@ -35,6 +35,7 @@ from gaama.store.codecs import (
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 from gaama.store.subgraph import SubgraphReads
+from gaama.store.validity import Ending
 
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
 _APPENDS = 256  # episode appends per transaction: bounds the time one transaction holds it
@@ -51,6 +52,7 @@ class GraphStore(SubgraphReads):
         # command dominates a pipeline of single commands (docs/benchmarks.md, "Batched reads").
         self._batched = scripts.register(redis, "batched_read.lua")
         self._of_kind = scripts.register(redis, "neighbours_of_kind.lua")
+        self._supersede = scripts.register(redis, "supersede.lua")
 
     async def _many(self, command: str, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
         out: list[Any] = []
@@ -209,6 +211,26 @@ class GraphStore(SubgraphReads):
                 pipe.hset(self.keys.node(tenant, node_id), mapping=dict(fields))
         for queue in also:
             queue(pipe)
+
+    def supersede_ops(
+        self, tenant: str, endings: Sequence[Ending], now: float
+    ) -> Callable[[Any], None]:
+        """Queue, into :meth:`write`'s transaction (its ``also``), each ending: the old fact's
+        ``valid_to``, ``superseded_by`` and ``superseded_reason`` (the earliest ending wins,
+        whatever the order they arrive in; ``retired_at`` is when it first ended) and the
+        ``valid_to`` of its source episodes whose facts have all ended (``supersede.lua``).
+        The ``SUPERSEDES`` edges go in the same write's ``edges``."""
+
+        def queue(pipe: Any) -> None:
+            if not endings:
+                return
+            pipe.scripts.add(self._supersede)
+            prefixes = [self.keys.node(tenant, ""), self.keys.adj_prefix(tenant)]
+            for e in endings:
+                args = [*prefixes, repr(float(e.valid_to)), e.new, e.reason, repr(float(now))]
+                pipe.evalsha(self._supersede.sha, 1, self.keys.node(tenant, e.old), *args)
+
+        return queue
 
     @staticmethod
     def _check_edge(e: Edge) -> None:

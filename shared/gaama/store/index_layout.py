@@ -20,6 +20,7 @@ from gaama.errors import ConfigError, DimensionMismatch
 from gaama.model import NodeKind
 from gaama.store.codecs import TAG_FIELDS, VECTOR_DTYPE, VECTOR_FIELD, as_text
 from gaama.store.keys import Keys
+from gaama.store.validity import VALIDITY_INDEXED
 
 #: HNSW links per node (a node of the bottom layer has twice as many).
 HNSW_M = 16
@@ -83,6 +84,8 @@ def index_schema(name: str, keys: Keys, dim: int) -> IndexSchema:
                 ),
                 {"name": "kind", "type": "tag", "attrs": {"case_sensitive": True}},
                 {"name": "time", "type": "numeric"},
+                # a fact's validity (gaama.store.validity): absent while it holds
+                *({"name": f, "type": "numeric"} for f in VALIDITY_INDEXED),
                 {"name": LEXICAL_FIELD, "type": "text"},
                 {
                     "name": VECTOR_FIELD,

@@ -48,7 +48,7 @@ local function load_degrees(ids)
 end
 -- the kinds' letters in adjacency values (gaama.store.codecs.EDGE_CODES), either case
 local KINDS = {N = 'NEXT', D = 'DERIVED_FROM', F = 'DERIVED_FROM_FACT', H = 'HAS_CONCEPT',
-               A = 'ABOUT_CONCEPT'}
+               A = 'ABOUT_CONCEPT', S = 'SUPERSEDES'}
 -- walk weight by stored value: the kind's letter and the weight if not 1, or, written before
 -- the letters, 'KIND|o|w' (values repeat: parse each once)
 local weights = {}

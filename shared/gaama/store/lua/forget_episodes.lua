@@ -49,7 +49,7 @@ end
 -- weight ('' for 1): the kind's letter (gaama.store.codecs.EDGE_CODES) or, written before the
 -- letters, 'KIND|o|w'.
 local KINDS = {N = 'NEXT', D = 'DERIVED_FROM', F = 'DERIVED_FROM_FACT', H = 'HAS_CONCEPT',
-               A = 'ABOUT_CONCEPT'}
+               A = 'ABOUT_CONCEPT', S = 'SUPERSEDES'}
 local function parse(entry)
   if string.find(entry, '|', 1, true) then
     local kind, dir, w = string.match(entry, '^([^|]+)|([io])|(.*)$')
