@@ -8,8 +8,8 @@ kind:
 - ``current@1``: the first ranked item naming the attribute's old or new value names the current
   one;
 - ``stale_above``: the share of cases with a stale value ranked above the current one;
-- ``as_of@1``: the first ranked item naming either value names the one an as-of question needs
-  (search has no ``as_of`` yet: this is what today's search returns for it);
+- ``as_of@1``: the first ranked item naming either value names the one an as-of question needs,
+  asked with search's ``as_of`` set between the old value and the new one;
 - ``leak``: the share of forget cases with the forgotten value in any returned item;
 - ``kept``: the share of cases whose unchanged attribute is still among the ranked items.
 
@@ -203,8 +203,14 @@ class Score:
 async def score_case(
     case: Case, retriever: Retriever, mode: str, verdicts: Verdicts | None
 ) -> Score:
-    async def ask(question: str) -> list[Item]:
-        res = await retriever.search(case.id, question, mode=mode, k=K)  # type: ignore[arg-type]
+    async def ask(question: str, as_of: float | None = None) -> list[Item]:
+        res = await retriever.search(
+            case.id,
+            question,
+            mode=mode,  # type: ignore[arg-type]
+            k=K,
+            as_of=as_of,
+        )
         ranked = list(res.ranked)
         extra = [m for m in res.memory if m.id not in {r.id for r in ranked}]
         items = ranked + extra
@@ -221,7 +227,7 @@ async def score_case(
         current_at = next((n for n, i in enumerate(items[:K]) if _has(i.text, case.current)), None)
         s.stale_above = stale_at is not None and (current_at is None or stale_at < current_at)
     if case.as_of_question:
-        past = await ask(case.as_of_question)
+        past = await ask(case.as_of_question, case.as_of)
         s.as_of = first_named(past[:K], case.stale, case.current) == "first"
     if case.kept:
         s.kept = any(_has(i.text, (case.kept,)) for i in (await ask(case.kept_question))[:K])

@@ -286,6 +286,8 @@ class Case:
     rendered: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     gap_turns: int = 0
     gap_days: int = 0
+    # Epoch seconds between the old value and the new one: what an as-of question passes.
+    as_of: float | None = None
 
 
 def _phone(rng: random.Random) -> str:
@@ -431,6 +433,7 @@ def make_case(kind: str, number: int, seed: int, max_gap_turns: int, max_gap_day
         b.filler(rng, per)
         b.close(max(1, gap_days // sessions) if s < sessions - 1 else 1)
     b.day += timedelta(days=max(0, gap_days - sessions))
+    before_new = (b.day - timedelta(seconds=1)).timestamp()
     b.say(who, rng.choice(NEW[kind]), v)
     b.say(friend, f"reply.{rng.randint(1, 4)}", {})
     b.filler(rng, rng.randint(0, 3))
@@ -457,6 +460,7 @@ def make_case(kind: str, number: int, seed: int, max_gap_turns: int, max_gap_day
         rendered=b.rendered,
         gap_turns=gap_turns,
         gap_days=gap_days,
+        as_of=before_new if as_of else None,
     )
 
 

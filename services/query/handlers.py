@@ -82,11 +82,17 @@ class _Retrieval(BaseModel):
 
 class SearchRequest(_Retrieval):
     query: ids.Text = Field(min_length=1)
+    as_of: float | None = Field(
+        None, ge=0, description="Epoch seconds: the memory as it stood then (default: now)"
+    )
     k: int = Field(20, ge=1, le=K_MAX, description="Length of the ranked list")
 
 
 class AnswerRequest(_Retrieval):
     question: ids.Text = Field(min_length=1)
+    as_of: float | None = Field(
+        None, ge=0, description="Epoch seconds: the memory as it stood then (default: now)"
+    )
 
 
 # --- response models --------------------------------------------------------------------------
@@ -247,6 +253,7 @@ async def _retrieve(
             subject=scope.subject if scope else None,
             conversation=scope.conversation if scope else None,
             params=req.params,
+            as_of=getattr(req, "as_of", None),
         )
     except BaseException:
         hiding.cancel()

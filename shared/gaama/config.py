@@ -166,6 +166,11 @@ class RetrievalSettings(BaseModel):
     # The ranked list says each turn once: an episode a higher-ranked fact was derived from, or
     # a fact whose source turns are all above it, is passed over (packing already does this).
     rank_distinct: bool = True
+    # A superseded fact (a later one ended it), or an episode all of whose facts ended, scores
+    # this share of its score and ranks after every item that holds (gaama.retrieval.current);
+    # with omit_superseded it is left out.
+    superseded_weight: float = Field(0.05, ge=0.0, le=1.0)
+    omit_superseded: bool = False
     # Items show their text compacted (docs/architecture.md, "Packing"): a fact's
     # "(said on D)" as "(said D)", one word less of the budget per fact.
     compact_text: bool = True

@@ -141,7 +141,7 @@ def show(item: Item, fields: Mapping[str, str], compact_text: bool = True) -> No
     if item.kind is NodeKind.EPISODE:
         if (turn := get("turn_id")) is not None:
             item.provenance = [Provenance(item.id, turn)]
-    elif item.kind is NodeKind.FACT:
-        if sources := get("sources"):
-            item.sources = tuple(e for e in sources.split(",") if e)
+    elif item.kind is NodeKind.FACT and (sources := get("sources")):
+        item.sources = tuple(e for e in sources.split(",") if e)
+    if get("valid_to") or get("valid_from"):
         item.validity = validity_of(fields)

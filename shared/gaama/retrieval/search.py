@@ -73,6 +73,7 @@ from gaama.retrieval.candidates import (
     show,
     time_prior,
 )
+from gaama.retrieval.current import current_first, prefer_current
 from gaama.retrieval.lexical import fuse, query_terms
 from gaama.retrieval.pack import RETURNED_KINDS, Caps, Provenance, distinct_turns, pack
 from gaama.retrieval.pack import total_words as count_words
@@ -164,6 +165,7 @@ class Retriever:
         subject: str | None = None,
         conversation: str | None = None,
         params: Mapping[str, object] | None = None,
+        as_of: float | None = None,
     ) -> SearchResult:
         """Retrieve memory for ``query`` from ``tenant``'s graph.
 
@@ -176,6 +178,8 @@ class Retriever:
             subject: Only nodes about this subject.
             conversation: Only nodes of this conversation.
             params: Overrides of ``RetrievalSettings`` fields, validated within their bounds.
+            as_of: Epoch seconds: the memory as it stood then (nothing said later; what held
+                then counts as current). None: now.
 
         Returns:
             The packed memory, the top-k ranking, timings and subgraph statistics.
@@ -290,8 +294,10 @@ class Retriever:
         for item in items:
             show(item, shown.get(item.id, {}), p.compact_text)
         items = [i for i in items if i.text]  # a node deleted since it was read has none
+        items = prefer_current(items, as_of, p.superseded_weight, p.omit_superseded)
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
+        ranked = current_first(ranked, as_of)
         memory = pack(items, caps)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).
