@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from gaama.model import NodeKind
 from gaama.retrieval.pack import Item, rank_key
 
 
@@ -40,3 +41,11 @@ def prefer_current(
 def current_first(items: Sequence[Item], as_of: float | None) -> list[Item]:
     """The items that hold, then the superseded ones, each group in its order."""
     return [i for i in items if holds(i, as_of)] + [i for i in items if not holds(i, as_of)]
+
+
+def packed_current_first(memory: Sequence[Item], as_of: float | None) -> list[Item]:
+    """The packed memory with its facts that hold before its superseded facts; everything else
+    (reflections, the episodes in conversation order) where it was."""
+    facts = [i for i in memory if i.kind is NodeKind.FACT]
+    ordered = iter(current_first(facts, as_of))
+    return [next(ordered) if i.kind is NodeKind.FACT else i for i in memory]

@@ -73,7 +73,7 @@ from gaama.retrieval.candidates import (
     show,
     time_prior,
 )
-from gaama.retrieval.current import current_first, prefer_current
+from gaama.retrieval.current import current_first, packed_current_first, prefer_current
 from gaama.retrieval.lexical import fuse, query_terms
 from gaama.retrieval.pack import RETURNED_KINDS, Caps, Provenance, distinct_turns, pack
 from gaama.retrieval.pack import total_words as count_words
@@ -298,7 +298,7 @@ class Retriever:
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
         ranked = current_first(ranked, as_of)
-        memory = pack(items, caps)
+        memory = packed_current_first(pack(items, caps), as_of)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).
         returned = {i.id: i for i in [*ranked, *memory]}
