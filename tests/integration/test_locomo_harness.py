@@ -219,6 +219,7 @@ def test_cli_end_to_end(
         "DERIVED_FROM_FACT",
         "HAS_CONCEPT",
         "ABOUT_CONCEPT",
+        "SUPERSEDES",
     }
     cd = doc["concept_duplicates"]
     assert cd["after_canonicalisation"] == g["concepts"]
