@@ -215,3 +215,16 @@ def test_not_true_any_more_ends_the_previous_statement() -> None:
     request = retraction_request("That's not true any more.")
     assert request is not None and not request.redact
     assert [e.fact_id for e in retracted(request, WHO, current, 9.0)] == ["last"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Omar's phone number is 07472 106334.", "Omar got a new number: 07509 731977."),
+        ("Omar's phone number is 07940 210841.", "Omar's number changed, it's 07143 126544 now."),
+        ("Omar's job at Umbrella Logistics keeps Omar busy.", "Omar joined Tyrell Systems."),
+    ],
+)
+def test_new_number_and_job_phrasings_end_the_old_value(old: str, new: str) -> None:
+    found = ends(NewFact(new, "Omar", 2.0), [CurrentFact("old", old, 1.0)])
+    assert [e.reason for e in found] == ["update"]

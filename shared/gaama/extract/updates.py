@@ -219,6 +219,7 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" (?:at|with) {_ORG}",
     ),
     ("employer", rf"(?:new )?(?:employer|company) is(?: now)? {_ORG}"),
+    ("employer", rf"(?:new )?(?:job|position) (?:at|with) {_ORG}"),
     (
         "employer",
         rf"(?:accepted|took|signed|got) (?:an|the|a) (?:new )?(?:job )?(?:offer|contract)"
@@ -249,6 +250,12 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
     ),
     ("phone", rf"(?:new )?(?:phone|mobile|cell)?(?: ?number| phone) is(?: now)? {_PHONE}"),
     ("phone", rf"(?:reached|reachable|contacted) (?:at|on) {_PHONE}"),
+    ("phone", rf"(?:got )?(?:a )?new (?:phone |mobile )?number(?: is)?:? {_PHONE}"),
+    (
+        "phone",
+        rf"(?:phone |mobile )?number (?:changed|has changed),? (?:it's|it is|now|to)(?: now)?"
+        rf" {_PHONE}",
+    ),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
