@@ -473,7 +473,9 @@ class ApiKeyGate:
         path = scope.get("path", "")
         if scope["type"] == "http" and (path == MCP_PATH or path.startswith(MCP_PATH + "/")):
             request = Request(scope)
-            address = request.client.host if request.client else ""
+            address = self.auth.address(
+                request.client.host if request.client else "", request.headers
+            )
             try:
                 self.auth.tenant(request.headers, address)
             except AuthError as exc:

@@ -33,7 +33,7 @@ async def admin(request: Request) -> None:
     auth: Authenticator = request.app.state.auth
     try:
         auth.require_admin(
-            request.headers, client_address(request), request.app.state.deps.settings
+            request.headers, client_address(request, auth), request.app.state.deps.settings
         )
     except AuthError as exc:
         raise HTTPException(exc.status, exc.message, headers=exc.headers() or None) from None

@@ -32,6 +32,7 @@ from gaama.config import (
     match_key,
 )
 from gaama.errors import ConfigError
+from services.runtime.proxies import TrustedProxies
 
 log = logging.getLogger("gaama.auth")
 
@@ -149,6 +150,7 @@ class Authenticator:
     def __init__(self, settings: Settings) -> None:
         self.ring = KeyRing(settings)
         self.throttle = FailureThrottle(settings.auth_fail_limit, settings.auth_fail_window_s)
+        self.proxies = TrustedProxies(settings.trusted_proxies)
 
     def tenant(self, headers: Mapping[str, str], address: str) -> str:
         """The tenant of the request's API key (see :meth:`principal`)."""
@@ -158,26 +160,36 @@ class Authenticator:
         """The key entry of the request's API key.
 
         Raises:
-            AuthError: 429 (too many failures from ``address``), 401 (missing, oversized or
-                unknown key) or 403 (disabled key).
+            AuthError: 401 (missing, oversized or unknown key), 403 (disabled key) or 429
+                (a failing attempt from an ``address`` with too many recent failures; a valid
+                key is never refused for them).
         """
-        wait = self.throttle.blocked_for(address)
-        if wait is not None:
-            raise AuthError(429, "too many failed authentications; retry later", wait)
+        # The credential is judged first: a valid key is never refused for others' failures
+        # from the same address (a proxy, a NAT). Only a failing attempt meets the throttle.
         key = api_key_from_headers(headers)
+        entry = self.ring.match(key) if key and len(key) <= API_KEY_MAX else None
+        if entry is not None:
+            if entry.disabled:
+                raise AuthError(403, "this API key is disabled")
+            return entry
+        self._refuse_if_throttled(address)
         if not key:
             raise AuthError(
                 401, "missing API key: send 'Authorization: Bearer <key>' or 'X-API-Key'"
             )
-        entry = self.ring.match(key) if len(key) <= API_KEY_MAX else None
-        if entry is None:
-            self.throttle.failed(address)
-            if len(key) > API_KEY_MAX:
-                raise AuthError(401, f"API key longer than {API_KEY_MAX} characters")
-            raise AuthError(401, "unknown API key")
-        if entry.disabled:
-            raise AuthError(403, "this API key is disabled")
-        return entry
+        self.throttle.failed(address)
+        if len(key) > API_KEY_MAX:
+            raise AuthError(401, f"API key longer than {API_KEY_MAX} characters")
+        raise AuthError(401, "unknown API key")
+
+    def _refuse_if_throttled(self, address: str) -> None:
+        wait = self.throttle.blocked_for(address)
+        if wait is not None:
+            raise AuthError(429, "too many failed authentications; retry later", wait)
+
+    def address(self, peer: str, headers: Mapping[str, str]) -> str:
+        """The client address failures are counted under (services.runtime.proxies)."""
+        return self.proxies.client(peer, headers)
 
     def require_admin(self, headers: Mapping[str, str], address: str, settings: Settings) -> None:
         """Check the request's ``X-Admin-Key`` against ``GAAMA_ADMIN_KEYS`` (constant time).
@@ -191,6 +203,7 @@ class Authenticator:
         for allowed in settings.admin_keys:
             ok |= hmac.compare_digest(allowed, digest)
         if not ok:
+            self._refuse_if_throttled(address)
             self.throttle.failed(address)
             raise AuthError(403, "this needs an admin key in X-Admin-Key (GAAMA_ADMIN_KEYS)")
 

@@ -105,14 +105,15 @@ def install_error_handlers(
 # --- auth -----------------------------------------------------------------------------------
 
 
-def client_address(request: Request) -> str:
-    return request.client.host if request.client else ""
+def client_address(request: Request, auth: Authenticator) -> str:
+    """The request's client: its socket peer, or the forwarded client behind a trusted proxy."""
+    return auth.address(request.client.host if request.client else "", request.headers)
 
 
 def authenticate(request: Request, auth: Authenticator) -> ApiKey:
     """The key entry of the request's API key; HTTPException 401/403/429 otherwise."""
     try:
-        return auth.principal(request.headers, client_address(request))
+        return auth.principal(request.headers, client_address(request, auth))
     except AuthError as exc:
         raise HTTPException(exc.status, exc.message, headers=exc.headers() or None) from None
 

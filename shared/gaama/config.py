@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 from pathlib import Path
 from typing import Annotated, Literal
@@ -22,7 +23,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from gaama import ids
 from gaama.connections import KafkaConnection, RedisConnection
@@ -305,6 +306,10 @@ class Settings(BaseSettings):
     # Failed authentications allowed per client address and window before 429.
     auth_fail_limit: int = Field(20, ge=1, le=100000)
     auth_fail_window_s: float = Field(60.0, ge=1, le=86400)
+    # Peers (CIDRs, comma-separated) whose Forwarded / X-Forwarded-For headers are believed:
+    # the ingress or load balancer in front of the services. Empty: the socket peer is the
+    # client. A header from any other peer is ignored, so clients cannot choose their address.
+    trusted_proxies: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # SHA-256 digests of admin keys: forgetting a whole tenant needs one (X-Admin-Key).
     admin_keys: list[Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]] = Field(
         default_factory=list
@@ -355,6 +360,19 @@ class Settings(BaseSettings):
     def _empty_is_unset(cls, v: object) -> object:
         # An empty variable (a placeholder Secret) means "not set", never "the empty token".
         return None if v == "" else v
+
+    @field_validator("trusted_proxies", mode="before")
+    @classmethod
+    def _proxies(cls, v: object) -> object:
+        if isinstance(v, str):
+            v = [part.strip() for part in v.split(",") if part.strip()]
+        if isinstance(v, list):
+            for cidr in v:
+                try:
+                    ipaddress.ip_network(str(cidr), strict=False)
+                except ValueError:
+                    raise ValueError(f"not an IP network (CIDR): {cidr!r}") from None
+        return v
 
     @field_validator("api_keys")
     @classmethod

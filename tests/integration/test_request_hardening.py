@@ -62,8 +62,47 @@ async def test_failed_attempts_are_throttled_per_address(
         ]
         assert [r.status_code for r in codes] == [401] * 5 + [429] * 3
         assert int(codes[-1].headers["Retry-After"]) > 0
-        # The right key from the throttled address waits too: guessing is not rewarded.
-        assert (await c.post("/v1/search", headers=A, json={"query": "q"})).status_code == 429
+        # The right key from the throttled address is still served: only failing attempts
+        # meet the throttle, so one bad client behind a shared address locks nobody out.
+        assert (await c.post("/v1/search", headers=A, json={"query": "q"})).status_code == 200
+
+
+async def test_a_bad_client_behind_a_trusted_proxy_locks_nobody_else_out(
+    settings: Settings, graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    # Every request reaches the service from the ingress (the test transport's 127.0.0.1); the
+    # ingress names the real client in X-Forwarded-For.
+    s = with_keys(settings, auth_fail_limit=20, auth_fail_window_s=60)
+    s = s.model_copy(update={"trusted_proxies": ["127.0.0.0/8"]})
+    bad = {"X-Forwarded-For": "203.0.113.7"}
+    good = {"X-Forwarded-For": "198.51.100.9"}
+    body = {"query": "q"}
+    async with _client(s, graph, index, embedder) as c:
+        for i in range(20):
+            r = await c.post("/v1/search", headers={**bad, "X-API-Key": f"guess-{i}"}, json=body)
+            assert r.status_code == 401
+        r = await c.post("/v1/search", headers={**bad, "X-API-Key": "guess-x"}, json=body)
+        assert r.status_code == 429
+        # Another client behind the same proxy: its mistakes are its own, its key works.
+        r = await c.post("/v1/search", headers={**good, "X-API-Key": "typo"}, json=body)
+        assert r.status_code == 401
+        assert (await c.post("/v1/search", headers={**good, **A}, json=body)).status_code == 200
+        # A client cannot escape its count by prepending an address of its choice.
+        spoofed = {"X-Forwarded-For": "192.0.2.1, 203.0.113.7", "X-API-Key": "guess-y"}
+        assert (await c.post("/v1/search", headers=spoofed, json=body)).status_code == 429
+
+
+async def test_forwarding_headers_from_an_untrusted_peer_are_ignored(
+    settings: Settings, graph: GraphStore, index: VectorIndex, embedder: MiniLMEmbedder
+) -> None:
+    s = with_keys(settings, auth_fail_limit=3, auth_fail_window_s=60)
+    body = {"query": "q"}
+    async with _client(s, graph, index, embedder) as c:
+        codes = []
+        for i in range(5):  # a new forwarded address each time: all counted under the peer
+            h = {"X-Forwarded-For": f"203.0.113.{i}", "X-API-Key": f"guess-{i}"}
+            codes.append((await c.post("/v1/search", headers=h, json=body)).status_code)
+        assert codes == [401] * 3 + [429] * 2
 
 
 async def test_keys_rotate_without_restart(
