@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget bench-pipeline chaos dev-up dev-down clean
+.PHONY: install run test test-unit test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget bench-pipeline chaos dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -32,6 +32,12 @@ run: install
 test: install
 	bash scripts/install-kubectl.sh $(BIN)/python
 	$(BIN)/python -m pytest -q
+
+## The tests that need no stack (no Redis, no broker, no kubectl); any test reaching the stack
+## without its requires_stack mark fails here.
+test-unit: install
+	GAAMA_TEST_NO_STACK=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
+		-m "not requires_stack and not requires_kubectl and not slow"
 
 test-fast: install
 	$(BIN)/python -m pytest -q -m "not slow"

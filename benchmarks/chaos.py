@@ -385,8 +385,9 @@ class Moto:
         self.proc.wait(timeout=10)
 
 
-def fault_script(rate: float, seed: int, n: int = 200_000) -> list[Any]:
-    """The fake LLM's answers in order: ``rate`` of them faults, the rest computed answers."""
+def fault_script(rate: float, seed: int, n: int = 200_000) -> list[tuple[bool, Any]]:
+    """The fake LLM's answers in order, each with whether it is a fault: ``rate`` of them
+    faults (429, 500, too late, malformed JSON), the rest computed answers."""
     rnd = random.Random(seed)
     faults = [
         lambda: status(429, retry_after=0.2),
@@ -394,7 +395,10 @@ def fault_script(rate: float, seed: int, n: int = 200_000) -> list[Any]:
         lambda: slow(LLM_TIMEOUT_S + 2),
         malformed,
     ]
-    return [rnd.choice(faults)() if rnd.random() < rate else slow(0.0) for _ in range(n)]
+    return [
+        (True, rnd.choice(faults)()) if rnd.random() < rate else (False, slow(0.0))
+        for _ in range(n)
+    ]
 
 
 @dataclass
@@ -409,10 +413,17 @@ class Run:
     faults_done: list[str]
     queries: Counter[str]
     log_dir: Path
+    # Whether query answered a search (200) after its last restart; None when it was not killed.
+    query_back: bool | None = None
+    # Faults the fake LLM served (scenarios with an LLM fault rate).
+    llm_faults_served: int = 0
 
 
-async def _query_load(url: str, opts: Options, stop: asyncio.Event, seen: Counter[str]) -> None:
-    """Searches for every tenant in turn, as an agent would, through the kills of query."""
+async def _query_load(
+    url: str, opts: Options, stop: asyncio.Event, seen: Counter[str], last_ok: list[float]
+) -> None:
+    """Searches for every tenant in turn, as an agent would, through the kills of query.
+    Counts the answers by status in ``seen``; ``last_ok`` holds the time of the latest 200."""
     i = 0
     async with httpx.AsyncClient(base_url=url, timeout=10) as c:
         while not stop.is_set():
@@ -424,6 +435,8 @@ async def _query_load(url: str, opts: Options, stop: asyncio.Event, seen: Counte
                     headers={"Authorization": f"Bearer key-{tenant}"},
                 )
                 seen[str(r.status_code)] += 1
+                if r.status_code == 200:
+                    last_ok[:] = [time.monotonic()]
             except httpx.HTTPError:
                 seen["no answer"] += 1
             i += 1
@@ -447,8 +460,13 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
     )
     _STARTED["stack"] = stack
     llm = _STARTED["llm"] = FakeOpenAIServer().start()
-    if scenario and scenario.llm_fault_rate:
-        llm.script(*fault_script(scenario.llm_fault_rate, opts.seed))
+    plan = (
+        fault_script(scenario.llm_fault_rate, opts.seed)
+        if scenario and scenario.llm_fault_rate
+        else []
+    )
+    if plan:
+        llm.script(*(behaviour for _, behaviour in plan))
     settings = load_settings(
         redis_url=stack.redis_url,
         kafka_bootstrap=stack.kafka_bootstrap,
@@ -476,6 +494,9 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
     killed: set[int] = set()
     faults_done: list[str] = []
     queries: Counter[str] = Counter()
+    last_ok: list[float] = []
+    llm_faults = 0
+    restarted: dict[str, float] = {}
     stop_load = asyncio.Event()
     rnd = random.Random(f"{opts.seed}:{name}")
     started = time.monotonic()
@@ -484,7 +505,8 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         opts.progress(f"{name} +{time.monotonic() - started:.0f}s: {line}")
 
     async def restart(svc: str) -> None:
-        procs[svc] = ServiceProcess(svc, settings, logs, extra=extra)
+        # The same port, as a Service address outlives its pods: the query load keeps its URL.
+        procs[svc] = ServiceProcess(svc, settings, logs, port=procs[svc].port, extra=extra)
         await procs[svc].astart(300)
 
     async def faults() -> None:
@@ -501,6 +523,7 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
             say(f"{svc} killed (-9)")
             await asyncio.sleep(1.0)
             await restart(svc)
+            restarted[svc] = time.monotonic()
             faults_done.append(f"{svc} killed at {at:.0f}s")
             say(f"{svc} restarted and ready")
         at = rnd.uniform(0.1, 0.5) * span
@@ -539,7 +562,9 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         started = time.monotonic()
         await produce(stack.kafka_bootstrap, topic_name(TOPIC_TURNS, f"{PREFIX}."), records)
         say(f"{len(records)} records produced")
-        load = asyncio.create_task(_query_load(procs["query"].url, opts, stop_load, queries))
+        load = asyncio.create_task(
+            _query_load(procs["query"].url, opts, stop_load, queries, last_ok)
+        )
         chaos = asyncio.create_task(faults())
         exited: list[str] = []
         drained, drain_s, last, same, polled = False, 0.0, None, 0, 0.0
@@ -578,6 +603,10 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         say(f"drained={drained} in {drain_s:.0f}s; reading the graph")
         graphs = {t: await read_graph(redis, index, keys, t) for t in tenants(opts)}
         letters = await dead_letters(stack.kafka_bootstrap)
+        served = len(plan) - llm.pending() if plan else 0
+        llm_faults = sum(1 for fault, _ in plan[:served] if fault)
+        if plan:
+            faults_done.append(f"{llm_faults} LLM faults served in {served} calls")
     finally:
         stop_load.set()
         for p in procs.values():  # all at once: each takes a few seconds to shut down
@@ -607,6 +636,10 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         faults_done,
         queries,
         logs,
+        query_back=(bool(last_ok) and last_ok[0] > restarted["query"])
+        if "query" in restarted
+        else None,
+        llm_faults_served=llm_faults,
     )
 
 
@@ -664,6 +697,11 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
     dead = Counter(v for _, v in run.dlq)
     unexpected = sum(n for v, n in dead.items() if v not in poison)
     poison_missing = len(poison - set(dead))
+    # A search may go unanswered while query is down or answer 503 in an outage; never 500.
+    server_errors = sum(
+        n for code, n in run.queries.items() if code.startswith("5") and code != "503"
+    )
+    llm_faults_wanted = bool(run.scenario and run.scenario.llm_fault_rate)
     passed = (
         run.drained
         and not lost
@@ -678,6 +716,9 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         and not poison_missing
         and not run.exited
         and not run.left_behind
+        and not server_errors
+        and run.query_back is not False
+        and (run.llm_faults_served > 0 or not llm_faults_wanted)
     )
     return {
         "name": run.scenario.name if run.scenario else "reference",
@@ -702,6 +743,9 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         "left_behind": run.left_behind,
         "faults": run.faults_done,
         "queries": dict(run.queries),
+        "query_server_errors": server_errors,
+        "query_back_after_restart": run.query_back,
+        "llm_faults_served": run.llm_faults_served,
         "per_tenant": per_tenant,
         "logs": str(run.log_dir),
         "passed": passed,
@@ -821,7 +865,8 @@ def options(args: argparse.Namespace) -> Options:
             "--conversations: at most 9 (every conversation of a tenant needs its own speakers)"
         )
     if args.short:
-        scenarios = list(SHORT)
+        # --scenario picks among all scenarios; --short alone runs the CI set.
+        scenarios = [SCENARIOS[n] for n in args.scenario] if args.scenario else list(SHORT)
         sizes = (args.tenants or 4, args.conversations or 2, args.turns or 50)
     else:
         chosen = args.scenario or list(SCENARIOS)

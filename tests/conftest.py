@@ -51,6 +51,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackInfo]:
+    if os.environ.get("GAAMA_TEST_NO_STACK"):
+        # The stack-free tier (make test-unit): a test reaching the stack must say so.
+        pytest.fail("this test uses the real stack: mark it requires_stack", pytrace=False)
     url = os.environ.get("GAAMA_TEST_REDIS_URL")
     boot = os.environ.get("GAAMA_TEST_KAFKA_BOOTSTRAP")
     shards = _cluster_size()

@@ -5,6 +5,7 @@ a turn whose append the store rejects dead-lettered on its own, its event withhe
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from gaama.config import Settings
 from gaama.embed import Embedder
@@ -17,6 +18,8 @@ from services.ingest.handlers import IngestDeps, handle
 from services.runtime.policy import process_batch
 from tests.component.test_forget_cascade import C1, C2, turns
 from tests.support.stream import record
+
+pytestmark = pytest.mark.requires_stack
 
 
 def records_of(*convs):

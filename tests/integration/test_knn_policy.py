@@ -16,6 +16,8 @@ from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
 
+pytestmark = pytest.mark.requires_stack
+
 LARGE = 200_000  # degree-index entries of the large tenant: far above where HNSW is cheaper
 
 

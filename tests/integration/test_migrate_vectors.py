@@ -31,6 +31,8 @@ from gaama.store.migrate import migrate_index
 from gaama.store.subgraph import ReadAhead
 from gaama.store.vectors import VectorIndex
 
+pytestmark = pytest.mark.requires_stack
+
 DIM = 384
 TEXTS = {
     "acme": ["Alice moved to Lisbon in May", "Bob adopted a grey cat", "The roof leaks again"],

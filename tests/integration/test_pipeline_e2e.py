@@ -62,6 +62,18 @@ async def send(settings: Settings, turns: list[TurnReceived]) -> None:
     )
 
 
+async def send_secured(settings: Settings, turns: list[TurnReceived]) -> None:
+    """``send`` with the Kafka security settings of ``settings``."""
+    from services.runtime.kafka import client_options
+
+    await produce(
+        settings.kafka_bootstrap,
+        settings.topic_prefix + TOPIC_TURNS,
+        [(conversation_key(t.tenant, t.conversation), encode(t)) for t in turns],
+        **client_options(settings.kafka),
+    )
+
+
 async def graph_summary(graph: GraphStore, tenant: str, conv: str) -> dict:
     chain = await graph.chain(tenant, conv)
     adj = await graph.neighbours(tenant, chain)

@@ -30,8 +30,11 @@ class ServiceProcess(launch.ServiceProcess):
         super().__init__(name, settings, log_dir, extra=extra)
 
 
-async def produce(bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]]) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+async def produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes]], **options: Any
+) -> None:
+    """Write ``records`` (key, value) to ``topic``; ``options`` are aiokafka's (security)."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", **options)
     await producer.start()
     try:
         for key, value in records:

@@ -3,6 +3,10 @@ metrics carry hash buckets, never tenant names."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
@@ -81,4 +85,23 @@ async def test_metrics_have_bounded_labels_and_no_tenant_names() -> None:
     assert len(series) == BUCKETS * 3
     total = sum(float(ln.rsplit(" ", 1)[1]) for ln in series if 'outcome="concurrency"' in ln)
     assert total == 200
-    assert tenant_bucket("secret-tenant-1") == tenant_bucket("secret-tenant-1")
+
+
+def test_the_bucket_of_a_tenant_is_the_same_in_every_process() -> None:
+    # Replicas and restarts must put a tenant in the same bucket, whatever the hash seed.
+    code = (
+        "from services.runtime.admission import tenant_bucket;"
+        "print(' '.join(tenant_bucket(f'tenant-{i}') for i in range(64)))"
+    )
+    runs = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for seed in ("1", "2", "3")
+    }
+    assert len(runs) == 1
+    assert runs.pop().split() == [tenant_bucket(f"tenant-{i}") for i in range(64)]
