@@ -196,7 +196,7 @@ class GraphStore(SubgraphReads):
             pipe.hset(self.keys.adj(tenant, e.dst), e.src, at_dst)
             touched[e.src] = touched[e.dst] = None
         if touched:  # the degree index changes with the adjacency, in the same transaction
-            with store_errors():  # queued, no I/O today; inside the boundary all the same
+            with store_errors():  # queued, no I/O; inside the boundary all the same
                 await self._refresh_degrees(  # queued: a pipeline's command returns at once
                     keys=[self.keys.degrees(tenant)],
                     args=[self.keys.adj_prefix(tenant), *touched],
