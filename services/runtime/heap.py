@@ -4,8 +4,8 @@ CPython's collector scans every container object it tracks; a full (oldest-gener
 collection scans all of them. A service's heap is mostly what it built at start-up — libraries,
 the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Left at
 CPython's defaults, every full collection scans all of it on the event loop's thread, a pause
-every request in flight waits out, and a young collection runs every 700 net allocations (one or
-more per search) (decision: "Garbage collection").
+every request in flight waits out, and a young collection runs every 700 net allocations, one or
+more per search (decision: "Garbage collection").
 
 After start-up the service calls :func:`settle_heap`: one collection, then ``gc.freeze()`` moves
 every surviving object to a permanent generation that no collection scans; the youngest

@@ -18,8 +18,8 @@ A call after a quiet spell that finds no batch running or queued is encoded righ
 event loop's thread when the inner embedder is local (it has ``embed_sync``) and the call is
 small (a query): a hand-off to a worker thread and back costs two thread wake-ups, which on
 loaded cores wait for a time slice each (decision: "Query embed stage"). The loop is held for
-one encode only when it has nothing else queued here; under load every call
-is "busy" and batches run in a worker thread, leaving the loop free while the model computes.
+one encode only when it has nothing else queued here; under load every call is "busy" and
+batches run in a worker thread, leaving the loop free while the model computes.
 
 A batch runs in its own task: a caller that is cancelled (client gone, timeout) leaves the batch
 running for the others. An error in a batch fails that batch's callers only.

@@ -20,11 +20,11 @@ weighted 0 scores a one-term query by the term's frequency in the document, noth
    ``avg`` the candidates' mean length.
 
 Step 1 costs time in proportion to the scope's documents (``N`` counts every one of them, and a
-term's count every document holding it). Its
-results are kept per scope and term (:class:`Counts`) while the tenant's documents stay as they
-are: every write of the tenant's nodes changes its *version* (``Keys.text_version`` and the
-ingest counter, set in the same atomic write, or right after a forget's removal), which the
-caller reads before the counts and passes in. Scores stay exact: a count is only reused under
+term's count every document holding it). Its results are kept per scope and term
+(:class:`Counts`) while the tenant's documents stay as they are: every write of the tenant's
+nodes changes its *version* (``Keys.text_version`` and the ingest counter, set in the same
+atomic write, or right after a forget's removal), which the caller reads before the counts and
+passes in. Scores stay exact: a count is only reused under
 the version it was read at, and a version is never read before the write that made it.
 """
 
