@@ -512,7 +512,7 @@ def ratios(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def targets(runs: list[dict[str, Any]], opts: Options) -> dict[str, Any]:
-    """Each of the pipeline's targets this run can judge: the figure, the bound, whether it holds."""
+    """Each target of the pipeline this run can judge: the figure, the bound, whether it holds."""
     out: dict[str, Any] = {}
     if len(runs) >= 2:
         worst = max(ratios(runs).values(), default=0.0)
