@@ -23,8 +23,8 @@ with ``appendfsync everysec``), so it runs in the background while the next batc
 
 Why more than one: with ``everysec`` Redis fsyncs about once a second. With one batch behind,
 a batch handled in less than that waits for an fsync of its own, so ingest runs at the fsync's
-pace, not the embedder's; with two behind, one fsync covers two batches (decision: "Ingest:
-batches finishing behind, appends deferred").
+pace, not the embedder's; with two behind, one fsync covers two batches
+(decision: "Ingest: batches finishing behind, appends deferred").
 """
 
 from __future__ import annotations

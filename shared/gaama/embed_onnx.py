@@ -60,7 +60,7 @@ class OnnxMiniLMEmbedder:
         # once, each a session run on its own thread. Unlike intra-op threads, which meet at a
         # barrier after every operator and stall whenever one of them is descheduled, lanes
         # share nothing but the session: a lane that gets no core delays only its own batch
-        # (GAAMA_ONNX_LANES; decision: "Ingest: batch lanes").
+        # (GAAMA_ONNX_LANES) (decision: "Ingest: batch lanes").
         self.lanes = max(1, lanes)
         self.metrics = metrics
         self.variant = variant

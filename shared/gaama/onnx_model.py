@@ -17,9 +17,9 @@ test_onnx_embedder.py`` checks it against sentence-transformers on torch.
 
 The ``int8`` variant is the fp32 graph with its weights quantised by onnxruntime's dynamic
 quantisation (per channel), except the feed-forward output projection of each layer, which stays
-in fp32 so that the cosine to the fp32 vectors stays above the floor
-``tests/integration/test_onnx_embedder.py`` holds the variant to (decision: "Embedding
-backends"). fp32 is the default.
+in fp32 so that the variant's vectors keep the cosine to sentence-transformers' that
+``tests/integration/test_onnx_embedder.py`` requires of it (decision: "Embedding backends").
+fp32 is the default.
 """
 
 from __future__ import annotations
@@ -236,7 +236,8 @@ def build(directory: Path, variant: Variant, src: Path | None = None) -> Path:
             out = Path(tmp) / "int8.onnx"
             # Unsigned weights: with signed ones, a CPU without VNNI (AVX2 only) saturates the
             # int8 products, so the same model gives other vectors on it than on a CPU with
-            # VNNI; unsigned products do not saturate, and every CPU gives the same vectors.
+            # VNNI; unsigned products do not saturate, so the variant holds its cosine floor on
+            # either kind of CPU.
             quantize_dynamic(
                 str(fp32),
                 str(out),

@@ -29,8 +29,8 @@ HNSW_M = 16
 #: :func:`hybrid_policy` counts them (decision: "The KNN pool in the graph modes").
 HNSW_CANDIDATE_COST = 16
 #: HNSW's answer is approximate and brute force's exact, so HNSW runs only when it at least halves
-#: the cost: a saving smaller than that is not worth the recall it gives up (decision: "KNN
-#: policy").
+#: the cost: a saving smaller than that is not worth the recall it gives up
+#: (decision: "KNN policy").
 HNSW_MIN_SAVING = 2
 
 
