@@ -86,9 +86,9 @@ LLM_TIMEOUT_S = 3.0
 EXACT_NODES = frozenset({NodeKind.EPISODE.value, NodeKind.FACT.value})
 EXACT_EDGES = frozenset({EdgeKind.NEXT.value, EdgeKind.DERIVED_FROM.value})
 #: Every conversation ends with an end-of-session turn, so no chunk needs the idle close; a close
-#: that happens anyway moves a chunk boundary, so the idle time must be longer than a service's
-#: outage here: two kills in a row, the second right as the restart is ready, kept ingest away
-#: for 21-22 s (docs/benchmarks.md, "Reading the chaos table").
+#: that happens anyway moves a chunk boundary, so the idle time must be longer than the longest
+#: outage a scenario causes (two kills in a row, the second right as the restart is ready)
+#: (decision: "Reading the chaos table").
 CHUNK_IDLE_S = 60.0
 STABLE_POLLS = 3  # consecutive equal polls (2 s apart) after every chunk is reflected
 

@@ -227,7 +227,7 @@ def docs_section(doc: dict[str, Any]) -> str:
     t = doc["targets"]
     lines += [
         "",
-        f"Targets (issue 16 item 8): B sees no errors — "
+        f"Targets: B sees no errors — "
         f"{'met' if t['other_tenant_errors_0'] else 'MISSED'}; B's p50 within 3× of solo — "
         f"{'met' if t['p50_ratio_le_3'] else 'MISSED'}.",
     ]

@@ -1,7 +1,6 @@
-"""Searches run in-process over a synthetic tenant, for the scripts that measure where a search's
-time or CPU goes (``scripts/query-cost-split.py``, ``scripts/query-critical-path.py``): the
-tenant loaded as ``python -m benchmarks query`` loads it, the query texts encoded before the
-clock starts (no embed stage)."""
+"""Searches run in-process over a synthetic tenant, for probes that measure where a search's
+time or CPU goes: the tenant loaded as ``python -m benchmarks query`` loads it, the query texts
+encoded before the clock starts (no embed stage)."""
 
 from __future__ import annotations
 

@@ -18,11 +18,12 @@ turns topic at a steady ``--rate`` over ``--conversations`` new conversations (s
 Pre-fill: the synthetic graph of the query benchmark (:mod:`benchmarks.synthetic`: episodes in
 NEXT chains, facts with DERIVED_FROM and ``sources``, heavy-tailed concepts, reflections), the
 size counting its episodes, written through :class:`~gaama.store.bulk.BulkLoader` (one
-MULTI/EXEC per batch), with topic-clustered vectors instead of MiniLM: running 50k turns through
-the services first would take hours on two cores. The graph has the shape and sizes the pipeline
+MULTI/EXEC per batch), with topic-clustered vectors instead of MiniLM: running tens of thousands
+of turns through the services first would take hours. The graph has the shape and sizes the pipeline
 builds (node and edge kinds, degrees, index size); its texts and vectors are synthetic, except
 that its most connected concepts carry the labels the offline extractor gives the live turns, so
-the live facts join concepts that already hold thousands of edges (the case that grew).
+the live facts join concepts that already hold thousands of edges (the case whose cost grows
+with the tenant).
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ if TYPE_CHECKING:
 
 DOCS_BEGIN, DOCS_END = "<!-- pipeline:begin -->", "<!-- pipeline:end -->"
 LLM_DOCS_BEGIN, LLM_DOCS_END = "<!-- pipeline-llm:begin -->", "<!-- pipeline-llm:end -->"
-#: Issue 19's targets: CPU per turn at the largest tenant over the smallest, per service; one
+#: The pipeline's targets: CPU per turn at the largest tenant over the smallest, per service; one
 #: extract process's offline rate; fact freshness p99 over (chunk idle time + LLM latency).
 MAX_CPU_RATIO = 1.3
 MIN_EXTRACT_TURNS_PER_S = 100.0
@@ -511,7 +512,7 @@ def ratios(runs: list[dict[str, Any]]) -> dict[str, float]:
 
 
 def targets(runs: list[dict[str, Any]], opts: Options) -> dict[str, Any]:
-    """Each of issue 19's targets this run can judge: the figure, the bound, whether it holds."""
+    """Each target of the pipeline this run can judge: the figure, the bound, whether it holds."""
     out: dict[str, Any] = {}
     if len(runs) >= 2:
         worst = max(ratios(runs).values(), default=0.0)
@@ -583,7 +584,7 @@ def docs_section(doc: dict[str, Any]) -> str:
             "process's rate if it had a core to itself (turns over its CPU seconds): "
             + ", ".join(f"{r['extract_turns_per_cpu_s']:.0f}" for r in doc["runs"])
             + " turns/s.",
-            *(["", "Issue 19's targets on this run:", "", *held] if held else []),
+            *(["", "Targets on this run:", "", *held] if held else []),
         ]
     )
 

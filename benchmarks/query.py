@@ -549,7 +549,7 @@ def targets(
 
 
 def backend_targets(runs: Sequence[dict[str, Any]], names: Sequence[str]) -> list[dict[str, Any]]:
-    """Issue 18's targets of the first backend against ``torch`` (when both ran), and its knn
+    """The query targets of the first backend against ``torch`` (when both ran), and its knn
     stage at 100k against 10k."""
     first = names[0]
     mine = [r for r in runs if r["backend"] == first]

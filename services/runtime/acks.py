@@ -21,10 +21,10 @@ with ``appendfsync everysec``), so it runs in the background while the next batc
   the shutdown deadline, failed) is never acknowledged, and neither is any batch after it: the
   broker delivers them again, and the writes are idempotent.
 
-Why more than one: with ``everysec`` Redis fsyncs about once a second. A batch handled in less
-than that waited, one batch behind, for an fsync of its own, so a quiet machine that embeds a
-batch in 0.9 s ingested at the fsync's pace, not the embedder's (docs/benchmarks.md, "Ingest:
-batches finishing behind, appends deferred"). Two behind let one fsync cover two batches.
+Why more than one: with ``everysec`` Redis fsyncs about once a second. With one batch behind,
+a batch handled in less than that waits for an fsync of its own, so ingest runs at the fsync's
+pace, not the embedder's; with two behind, one fsync covers two batches
+(decision: "Ingest: batches finishing behind, appends deferred").
 """
 
 from __future__ import annotations

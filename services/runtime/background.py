@@ -1,11 +1,12 @@
 """Background tasks (faust timers) that survive any failure of one tick.
 
-faust stops the whole worker when a timer raises ("Crashed reason=..."): a Redis pause during the
-idle-chunk timer's tick used to exit the extract service. A :class:`Periodic` runs one tick, and
-when it fails it counts the failure in ``gaama_<service>_task_failures_total{task, reason}``, logs
-it (the first failure at once, then at most once per ``log_every_s`` with the number held back),
-reports an outage to the stage's :class:`Stall`, and returns: the next tick tries again. Work a
-failed tick left undone stays in Redis (an open chunk stays open), so nothing is lost by waiting.
+faust stops the whole worker when a timer raises ("Crashed reason=..."), so a Redis pause during
+a tick (the extract service's idle-chunk timer, say) would end the service. A :class:`Periodic`
+runs one tick, and when it fails it counts the failure in
+``gaama_<service>_task_failures_total{task, reason}``, logs it (the first failure at once, then
+at most once per ``log_every_s`` with the number held back), reports an outage to the stage's
+:class:`Stall`, and returns: the next tick tries again. Work a failed tick left undone stays in
+Redis (an open chunk stays open), so nothing is lost by waiting.
 """
 
 from __future__ import annotations

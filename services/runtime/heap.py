@@ -2,11 +2,10 @@
 
 CPython's collector scans every container object it tracks; a full (oldest-generation)
 collection scans all of them. A service's heap is mostly what it built at start-up — libraries,
-the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Every
-full collection scanned all of it on the event loop's thread, a pause every request in flight
-waits out, and the young collections ran every 700 net allocations, one or more per search.
-Together they cost the query service 0.5–1 ms of CPU per search at c=16 (docs/benchmarks.md,
-"Garbage collection").
+the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Left at
+CPython's defaults, every full collection scans all of it on the event loop's thread, a pause
+every request in flight waits out, and a young collection runs every 700 net allocations, one or
+more per search (decision: "Garbage collection").
 
 After start-up the service calls :func:`settle_heap`: one collection, then ``gc.freeze()`` moves
 every surviving object to a permanent generation that no collection scans; the youngest

@@ -3,10 +3,8 @@
 Everything a service does in Python runs on one event loop, in one thread: the query service's
 request handling, parsing of Redis replies, the walk and the scoring, and a consumer's batches.
 When that thread is busy all the time, requests queue for it, and the pod's CPU can still look
-below its limit. The embedding's onnxruntime threads run beside the loop, and the second core
-stays partly idle. The query service reached that point at c=16 on two cores: the loop was busy
-80–87 % of the time while the machine used 1.5–1.6 cores (docs/benchmarks.md, "The event loop at
-c=16").
+below its limit: the embedding's onnxruntime threads run beside the loop, so a saturated loop
+leaves the other cores partly idle (decision: "The event loop at c=16").
 
 :class:`LoopMonitor` runs on the loop as a task of its own. Every ``interval_s`` it asks the loop
 to wake it, and it records:

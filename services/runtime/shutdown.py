@@ -31,8 +31,8 @@ EXIT_SHUTDOWN_OVERRUN = 3
 
 def stop_reserve(grace_s: float) -> float:
     """The part of the grace kept for stopping after the last batch: a quarter, 5 to 15 s
-    (faust's own stop takes 2-3 s on a busy machine: leave the group, commit, close the
-    producer; then the interpreter exits)."""
+    (room for faust's own stop — leave the group, commit, close the producer — and then the
+    interpreter's exit)."""
     return min(15.0, max(5.0, grace_s / 4))
 
 

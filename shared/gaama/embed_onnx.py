@@ -50,19 +50,17 @@ class OnnxMiniLMEmbedder:
         lanes: int = 1,
     ) -> None:
         self.batch_size = batch_size
-        # One thread by default: as many encodes per core as two, and the only setting that
-        # holds up when the cores are shared (two threads, spinning or not, fell to about half
-        # the one-thread rate on a busy machine). Spinning workers shave a single query from
-        # ~2.6 to ~1.8 ms on an idle machine and collapse on a busy one, so they are off too
-        # (docs/benchmarks.md, "Reading the embedding figures"; scripts/onnx-threads-ab.py;
-        # GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN).
+        # One intra-op thread and no spinning by default (GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN):
+        # intra-op threads meet at a barrier after every operator, so when the cores are shared
+        # with other work a descheduled thread stalls the others, and spinning workers take the
+        # cores the rest of the service needs (decision: "Reading the embedding figures").
         self.threads = max(1, threads)
         self.spin = spin
         # A call of several batches (ingest's and extraction's) runs up to ``lanes`` of them at
         # once, each a session run on its own thread. Unlike intra-op threads, which meet at a
         # barrier after every operator and stall whenever one of them is descheduled, lanes
-        # share nothing but the session: on a busy machine a lane that gets no core delays only
-        # its own batch (GAAMA_ONNX_LANES; docs/benchmarks.md, "Ingest: batch lanes").
+        # share nothing but the session: a lane that gets no core delays only its own batch
+        # (GAAMA_ONNX_LANES) (decision: "Ingest: batch lanes").
         self.lanes = max(1, lanes)
         self.metrics = metrics
         self.variant = variant

@@ -8,11 +8,14 @@ The tree::
     │   ├── LLMTransientError       429, 5xx, timeouts, connection errors from the LLM, after
     │   │                           the client's own retries: the endpoint is down (outage)
     │   ├── LLMMalformedOutput      output still malformed after the client's re-asks
+    │   ├── ChunkBusy               another close holds a chunk's lock; it ends or its lease
+    │   │                           lapses (retried without limit, like an outage)
     │   └── BrokerUnavailable       Kafka-compatible broker unreachable (outage)
     └── PermanentError              retrying cannot help: dead-letter at once
         ├── ValidationError         bad input (HTTP body, Kafka message, config)
         ├── NodesGone               a conditional write's sources were forgotten meanwhile
-        ├── LLMOutputError          LLM output that stays malformed after repair attempts
+        ├── LLMOutputError          a refusal, a rejected request, or an answer that is JSON
+        │                           but unusable (fails validation)
         ├── CassetteMiss            replay mode and the request is not in the cassette
         ├── ConfigError             invalid or missing setting (names the variable)
         ├── NotFound                a node that does not exist *for this tenant*

@@ -118,7 +118,7 @@ def start_redis(directory: Path, port: int, cluster_bus: int | None = None) -> i
         "--hash-max-listpack-value",
         "4096",
         # A conversation's NEXT chain (a sorted set of its episodes) stays a listpack up to 1,024
-        # episodes: about 36 bytes an episode against 104 as a skiplist.
+        # episodes, a fraction of a skiplist's memory per episode.
         "--zset-max-listpack-entries",
         "1024",
     ]

@@ -9,8 +9,12 @@
   429 (honouring ``Retry-After``), 5xx, timeouts and connection errors, then
   :class:`~gaama.errors.LLMTransientError`. The SDK's own retries are off so ours are the only
   ones and are counted;
-- malformed or truncated JSON retried a few times, then :class:`~gaama.errors.LLMOutputError`;
-  refusals fail at once (asking again rarely helps and costs tokens);
+- a malformed, truncated or empty answer asked again ``output_retries`` times, then
+  :class:`~gaama.errors.LLMMalformedOutput` (retryable: sampling differs from one ask to the
+  next); refusals and requests the endpoint rejects fail at once with
+  :class:`~gaama.errors.LLMOutputError` (asking again rarely helps and costs tokens), and an
+  endpoint that refuses the model or the key (401, 403, 404) with
+  :class:`~gaama.errors.ConfigError`;
 - a semaphore bounding concurrent calls, Prometheus metrics and logs naming the model;
 - record/replay through a :class:`~gaama.llm.cassette.Cassette`.
 """
@@ -159,6 +163,8 @@ class LLMClient:
             LLMTransientError: still failing after ``llm_max_retries`` retries.
             LLMOutputError: a refusal or a rejected request.
             LLMMalformedOutput: output still malformed after the output retries.
+            ConfigError: the endpoint refused the model or the key (401, 403, 404), or the
+                client is closed.
             CassetteMiss: replay mode and the request was never recorded.
         """
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]

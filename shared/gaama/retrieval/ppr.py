@@ -87,7 +87,7 @@ def csr_arrays(
     cols = np.concatenate([hi, lo])
     data = np.concatenate([w, w])
     # CSR straight from the arrays: group the entries by row (a stable sort) and count them for
-    # the row pointers — about half the cost of scipy's COO → CSR conversion at this size.
+    # the row pointers, without building a scipy COO matrix to convert.
     order = np.argsort(rows, kind="stable")
     indptr = np.zeros(n + 1, dtype=np.int32)
     np.cumsum(np.bincount(rows, minlength=n), out=indptr[1:])

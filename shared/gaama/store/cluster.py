@@ -8,8 +8,8 @@ primary indexes only its own keys, and in cluster mode the server treats an ``FT
 index name as a key — ``FT.SEARCH idx`` is answered only by the primary owning ``idx``'s slot,
 the others reply ``MOVED``. So each primary gets its own index whose name carries a hash tag of
 a slot that primary owns (:func:`slot_tag`), and the store sends a tenant's searches to the
-tenant's primary itself (:func:`on_node`), naming that primary's index. Why and what was
-measured: docs/architecture.md, "Redis Cluster".
+tenant's primary itself (:func:`on_node`), naming that primary's index (docs/architecture.md,
+"Redis Cluster").
 
 On a single server every helper here degrades to the plain client's behaviour.
 """

@@ -17,9 +17,9 @@ import numpy as np
 from gaama import ids
 from gaama.model import Edge, EdgeKind, Neighbour, Node, NodeKind
 
-#: The vector, float16: indexed (HNSW, cosine) and read by retrieval's read-ahead. Half the bytes
-#: of float32 for the same recall (docs/benchmarks.md, "Vector memory"). A field of its own
-#: name, not the float32 field's: an index of the old layout keeps serving while
+#: The vector, float16: indexed (HNSW, cosine) and read by retrieval's read-ahead, in half the
+#: bytes of float32 (decision: "Vector memory"). A field of its own name, not the float32
+#: field's: an index of the old layout keeps serving while
 #: ``gaama migrate vectors`` builds the new one beside it.
 VECTOR_FIELD = "embedding_f16"
 VECTOR_DTYPE = np.float16

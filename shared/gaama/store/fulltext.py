@@ -20,11 +20,11 @@ weighted 0 scores a one-term query by the term's frequency in the document, noth
    ``avg`` the candidates' mean length.
 
 Step 1 costs time in proportion to the scope's documents (``N`` counts every one of them, and a
-term's count every document holding it: ~5 ms and ~3 ms for a common word at 100k nodes). Its
-results are kept per scope and term (:class:`Counts`) while the tenant's documents stay as they
-are: every write of the tenant's nodes changes its *version* (``Keys.text_version`` and the
-ingest counter, set in the same atomic write, or right after a forget's removal), which the
-caller reads before the counts and passes in. Scores stay exact: a count is only reused under
+term's count every document holding it). Its results are kept per scope and term
+(:class:`Counts`) while the tenant's documents stay as they are: every write of the tenant's
+nodes changes its *version* (``Keys.text_version`` and the ingest counter, set in the same
+atomic write, or right after a forget's removal), which the caller reads before the counts and
+passes in. Scores stay exact: a count is only reused under
 the version it was read at, and a version is never read before the write that made it.
 """
 
@@ -200,7 +200,7 @@ async def search(
     stats = {w: known.terms[w] for w in dict.fromkeys(words) if w in known.terms}
     todo = [w for w in dict.fromkeys(words) if w not in stats]
     # The scope filter matches and scores nothing. It comes after the term: written first, a
-    # filter of several clauses takes the whole query's weight with it (measured on 2.10).
+    # filter of several clauses takes the whole query's weight with it (RediSearch 2.10).
     scope = f"({flt})=>{{$weight:0}}"
     tails = [_frequencies(f"@{LEXICAL_FIELD}:({w}) {scope}", PER_TERM) for w in todo]
     if n is None:

@@ -49,7 +49,7 @@ class GraphStore(SubgraphReads):
         self._append = scripts.register(redis, "append_episode.lua")
         self._refresh_degrees = scripts.register(redis, "refresh_degrees.lua")
         # HGETALL, HMGET and EXISTS over a batch: one script call, because redis-py's cost per
-        # command dominates a pipeline of single commands (docs/benchmarks.md, "Batched reads").
+        # command dominates a pipeline of single commands (decision: "Batched reads").
         self._batched = scripts.register(redis, "batched_read.lua")
         self._of_kind = scripts.register(redis, "neighbours_of_kind.lua")
         self._supersede = scripts.register(redis, "supersede.lua")
@@ -196,7 +196,7 @@ class GraphStore(SubgraphReads):
             pipe.hset(self.keys.adj(tenant, e.dst), e.src, at_dst)
             touched[e.src] = touched[e.dst] = None
         if touched:  # the degree index changes with the adjacency, in the same transaction
-            with store_errors():  # queued, no I/O today; inside the boundary all the same
+            with store_errors():  # queued, no I/O; inside the boundary all the same
                 await self._refresh_degrees(  # queued: a pipeline's command returns at once
                     keys=[self.keys.degrees(tenant)],
                     args=[self.keys.adj_prefix(tenant), *touched],

@@ -25,16 +25,12 @@ from gaama.store.validity import VALIDITY_INDEXED
 #: HNSW links per node (a node of the bottom layer has twice as many).
 HNSW_M = 16
 #: What examining one HNSW candidate costs, in brute-force comparisons of one vector, as the
-#: client sees it with the candidates counted as :func:`hybrid_policy` counts them
-#: (scripts/knn-policy-ab.py; docs/benchmarks.md, "The KNN pool in the graph modes"): 17-31 for
-#: a tenant of 10k nodes in an index of 110k (k 80 to 40), about 60 for one of 100k, where a
-#: search's fixed cost is spread over fewer candidates. 16 decides every measured case as
-#: measured. FT.PROFILE's own times gave 2.5-3.4, and 4 sent the 10k tenant to HNSW at k = 50,
-#: at 2-3x brute force's time.
+#: client sees it (a search's fixed cost included) with the candidates counted as
+#: :func:`hybrid_policy` counts them (decision: "The KNN pool in the graph modes").
 HNSW_CANDIDATE_COST = 16
 #: HNSW's answer is approximate and brute force's exact, so HNSW runs only when it at least halves
-#: the cost: at LoCoMo's tenants of ~1.9k nodes, where it would save a tenth, it lost up to 0.012
-#: of R@1000w in a category.
+#: the cost: a saving smaller than that is not worth the recall it gives up
+#: (decision: "KNN policy").
 HNSW_MIN_SAVING = 2
 
 
@@ -48,9 +44,9 @@ def hybrid_policy(tenant_nodes: int, index_docs: int, k: int, ef: int) -> str:
     bound of them) to collect k of the tenant's nodes, each costing :data:`HNSW_CANDIDATE_COST`
     comparisons. HNSW runs when it costs at most 1 / :data:`HNSW_MIN_SAVING` of brute force:
     small tenants (and any tenant that is a sliver of a large index) are brute-forced, large ones
-    walk HNSW. Left to itself the Query Engine brute-forced a tenant of 100k nodes in an index of
-    110k (18 ms against 2 ms through HNSW): its rule weighs the share and the index's size, not
-    what brute force over the tenant costs.
+    walk HNSW. The Query Engine's own rule is not used: it weighs the share and the index's size,
+    not what brute force over the tenant costs, and so brute-forces a large tenant of a shared
+    index that HNSW would serve far more cheaply.
     """
     candidates = ef + k * index_docs / max(tenant_nodes, 1)
     hnsw = HNSW_CANDIDATE_COST * candidates

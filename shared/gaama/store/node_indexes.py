@@ -7,9 +7,10 @@ slot that primary held when the index was made, found again with ``FT._LIST`` (k
 tenant's search goes to the primary holding the tenant's slot, in one round trip with a probe of
 a key of the tenant that is never written: ``MOVED`` on the probe means the slot map changed
 (read it again, retry); ``ASK`` means the tenant's slot is being migrated, its keys split between
-two primaries — both are searched and the caller merges. Measured here: the Query Engine of the
-importing primary indexes keys as ``MIGRATE`` restores them, and the exporting one drops them,
-so nothing has to be rebuilt after a move (docs/architecture.md, "Redis Cluster").
+two primaries — both are searched and the caller merges. The Query Engine of the importing
+primary indexes keys as ``MIGRATE`` restores them, and the exporting one drops them, so nothing
+has to be rebuilt after a move (``tests/integration/test_cluster.py`` moves a tenant's slot while
+it is written and searched; docs/architecture.md, "Redis Cluster").
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 until the consumer has handled them, sent again when they linger.
 
 Extraction writes a chunk's facts and its ``FactsExtracted`` event together; the runtime
-publishes the event after the batch. A worker killed between the two used to leave the chunk
-written and never reflected (its episodes, redelivered, were already extracted). Now the event
+publishes the event after the batch. A worker killed between the two would leave the chunk
+written and never reflected (its episodes, redelivered, are already extracted), so the event
 waits in ``state:{t}:outbox:<name>`` (and the tenant's ``outbox-index`` by time) until reflect
 has handled it; the extract service re-sends entries older than ``GAAMA_OUTBOX_RESEND_S``.
 Re-sending is harmless: reflection is idempotent per chunk.

@@ -182,9 +182,9 @@ class VectorIndex(IndexReads):
         """The tenant's node count and an upper bound of the index's, reused for
         :data:`SIZE_TTL_S`. The tenant's count is its degree index's (the graph store keeps an
         entry per node with an edge; O(1) to read, where counting the tenant's tag in the index
-        costs milliseconds per 100k nodes); the index cannot hold more documents than the
-        database holds keys (``FT.INFO`` would count them exactly, at ~30 ms per 100k nodes of
-        the server's time)."""
+        takes time in proportion to its nodes); the index cannot hold more documents than the
+        database holds keys (``FT.INFO`` would count them exactly, but its cost to the server
+        grows with the index)."""
         now = time.monotonic()
         cached = self._sizes.get(tenant)
         if cached is not None and cached[0] > now:
@@ -300,7 +300,7 @@ class VectorIndex(IndexReads):
         # cost more than the search itself.
         returned = [_DIST, "kind", *(f for f in fields if f not in (_DIST, "kind"))]
         # On a cluster the Query Engine loads no field of a document outside its index name's
-        # slot (measured: the row comes back empty): only the distance is asked for, and the
+        # slot (the row comes back empty): only the distance is asked for, and the
         # fields are read from the node hashes after (NodeIndexes.load).
         asked = [_DIST] if self._nodes is not None else returned
         args: list[Any] = [query, "RETURN", len(asked), *asked, "SORTBY", _DIST]
