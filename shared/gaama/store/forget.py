@@ -89,20 +89,29 @@ async def hidden_nodes(
     sources: Mapping[str, Sequence[str]] | None = None,
 ) -> set[str]:
     """The nodes among ``node_ids`` that pending forgets hide, decided by provenance: a node
-    whose every source episode is of a hidden scope (an episode is its own source; a fact's
-    are its ``sources``; a reflection's those of the facts it cites). A node without source
-    episodes (a concept) is decided by its own conversation and subject.
+    whose every source episode is of a hidden scope. An episode is its own source; a fact's
+    are its ``sources``; a reflection's those of the facts it cites; a concept's those of the
+    episodes and facts it labels (the cascade removes a concept left without them). A node
+    without source episodes is decided by its own conversation and subject.
 
     ``sources`` gives the source episodes of nodes already known (a search's provenance); the
-    others' are read in one round trip, and the scopes of every episode in one more."""
+    others' are read in one round trip (two for concepts), the scopes of every episode in one
+    more."""
     if not hidden or not node_ids:
         return set()
     if hidden.everything:
         return set(node_ids)
     known = dict(sources or {})
     missing = [n for n in dict.fromkeys(node_ids) if n not in known]
-    for node, turns in (await graph.provenance(tenant, missing)).items():
-        known[node] = [e for e, _ in turns]
+    concepts = [n for n in missing if n.startswith(ids.kind_prefix(NodeKind.CONCEPT) + "_")]
+    labelled = {
+        c: [nb.node for nb in nbs] for c, nbs in (await graph.neighbours(tenant, concepts)).items()
+    }
+    wanted = list(dict.fromkeys([*missing, *(n for ns in labelled.values() for n in ns)]))
+    for node, turns in (await graph.provenance(tenant, wanted)).items():
+        known.setdefault(node, [e for e, _ in turns])
+    for c, linked in labelled.items():
+        known[c] = list(dict.fromkeys(e for n in linked for e in known.get(n, ())))
     episodes = {e for n in node_ids for e in known.get(n, ())} | set(node_ids)
     rows = await graph.get_fields(tenant, sorted(episodes), ["conversation", "subject"])
     scopes = {n: tuple(as_text(v) for v in r) for n, r in rows.items()}
