@@ -375,3 +375,31 @@ async def test_a_turn_appended_during_the_tenant_sweep_is_kept(
     kept = await graph.get_nodes("acme", chain)
     assert [n.turn_id for n in kept.values()] == ["D1:31"] and C2[0][1] in kept[chain[0]].text
     assert residue(await dump(graph, "acme"), [t for _, t in C1], []) == []
+
+
+async def test_a_surviving_fact_drops_a_forgotten_subject(
+    stream: Stream, graph: GraphStore, index: VectorIndex
+) -> None:
+    """A fact whose subject is the forgotten subject's id, also derived from another subject's
+    turn: it takes that subject (field and index tag), so a read scoped to the forgotten subject
+    no longer finds it."""
+    shared = ("Melanie", "Pottery is my favourite hobby; I made a blue bowl in class.")
+    await stream.run(
+        as_records(
+            turns("acme", "c1", [*C1, shared], subject="Melanie")
+            + turns("acme", "c2", C2, subject="u2")
+        )
+    )
+    keys = await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
+    (key,) = [k for k in keys if b"blue bowl" in (await graph.redis.hget(k, "text") or b"")]
+    fid = key.decode().rsplit(":", 1)[1]
+    assert await graph.redis.hget(key, "subject") == b"Melanie"  # who it is about: the speaker
+    ev = await forget(stream, "acme", "subject", "Melanie")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    assert not stream.failures
+    fact = await graph.redis.hgetall(key)
+    assert fact[b"subject"] == b"u2" and fact[b"subject_tag"].decode() == ids.tag("u2")
+    assert fact[b"conversation"] == b"c2"
+    for subject, found in (("u2", True), ("Melanie", False)):
+        rows = await index.scan("acme", kinds=[NodeKind.FACT], subject=subject, limit=None)
+        assert (fid in {n for n, _, _ in rows}) is found, subject
