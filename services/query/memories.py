@@ -133,8 +133,8 @@ async def accept_forget(
             ev = probe.model_copy(update={"partition": p})
             await deps.producer.send(TOPIC_TURNS, ev.key(), ev, p)
     except BrokerUnavailable:
-        # Lanes already sent finish on their own and wait for the rest, which never come: undo
-        # the acceptance so the caller's retry starts clean (a stray lane finds no request).
+        # Lanes already sent cannot be taken back: abandon the request, so every stage drops
+        # them and changes nothing, and the caller's retry starts clean.
         await deps.forgets.abandon(tenant, rid, scope, scope_id)
         deps.metrics.requests.labels(scope, "unavailable").inc()
         raise

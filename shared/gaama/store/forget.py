@@ -253,10 +253,6 @@ class ForgetStore:
             raise ForgetRefused(as_text(value))
         return int(value) == 0
 
-    async def is_done(self, tenant: str, request_id: str) -> bool:
-        with store_errors():
-            return as_text(await self.redis.hget(self._req(tenant, request_id), "status")) == "done"
-
     async def doomed_episodes(
         self, tenant: str, scope: str, scope_id: str, cuts: dict[str, int]
     ) -> list[str]:
