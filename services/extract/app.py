@@ -9,7 +9,7 @@ from functools import partial
 
 from gaama.events import TOPIC_EPISODES, FactsExtracted, decode
 from gaama.extract.pipeline import ExtractionPipeline
-from gaama.metrics import StageMetrics
+from gaama.metrics import StageMetrics, forget_dropped_metric
 from gaama.store.outbox import Outbox
 from services.extract.handlers import facts_out, handle
 from services.runtime.background import Periodic
@@ -89,7 +89,9 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
         handler=partial(
             handle,
             pipeline=pipeline,
-            forgetting=svc.stores.forgetting(settings),
+            forgetting=svc.stores.forgetting(
+                settings, forget_dropped_metric(svc.name, svc.registry)
+            ),
             concurrency=settings.llm_concurrency,
         ),
         metrics=metrics,

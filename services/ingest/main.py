@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 
+from gaama.metrics import forget_dropped_metric
 from services.ingest.app import build_app
 from services.ingest.handlers import IngestDeps
 from services.runtime.bootstrap import Service, serve
@@ -18,7 +19,7 @@ def wire(svc: Service) -> StageApp:
         settings=settings,
         graph=stores.graph,
         embedder=svc.embedder,
-        forgetting=stores.forgetting(settings),
+        forgetting=stores.forgetting(settings, forget_dropped_metric(svc.name, svc.registry)),
     )
     app = build_app(deps, svc.registry, svc.metrics, stores.ready, EventProducer(settings))
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", svc.embedder.name)

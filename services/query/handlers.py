@@ -23,9 +23,9 @@ from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
 from gaama.model import Node, NodeKind
 from gaama.retrieval.limits import check_request
-from gaama.retrieval.pack import Item, Provenance
+from gaama.retrieval.pack import Item
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
-from gaama.store.forget import ForgetStore, Hidden
+from gaama.store.forget import ForgetStore, Hidden, hidden_nodes
 from gaama.store.graph import GraphStore
 from gaama.store.validity import validity_of
 from gaama.store.vectors import VectorIndex
@@ -315,15 +315,9 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
     """
     nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
     node = nodes.get(node_id)
-    if node is not None and (hidden := await deps.hidden(tenant)):
-        item = Item(
-            id=node.id,
-            kind=node.kind,
-            conversation=node.conversation,
-            provenance=[Provenance(s, "") for s in _sources(node)],
-        )
-        if not await visible(deps.graph, tenant, hidden, [item]):
-            node = None  # a pending forget covers it: as if it were gone already
+    hidden = await deps.hidden(tenant) if node is not None else None
+    if hidden and await hidden_nodes(deps.graph, tenant, hidden, [node_id]):
+        node = None  # a pending forget covers it: as if it were gone already
     if node is None:
         raise NotFound(f"node {ids.preview(node_id)} not found")
     adjacency = (await deps.graph.neighbours(tenant, [node_id])).get(node_id, [])

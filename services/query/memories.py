@@ -11,7 +11,8 @@
   ``done`` with zero counts (the scope may still have turns in flight, so "unknown" cannot be
   decided at the door); another tenant's request id answers 404 like a missing one.
 
-Reads hide what a pending request covers (:func:`visible`).
+Reads hide what a pending request covers, by provenance
+(:func:`~gaama.store.forget.hidden_nodes`).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gaama.events import TOPIC_TURNS, ForgetRequested, ForgetScope, describe
 from gaama.metrics import ForgetMetrics
 from gaama.model import EdgeKind, NodeKind
 from gaama.retrieval.pack import Item
-from gaama.store.forget import ForgetStore, Hidden
+from gaama.store.forget import ABANDONED, ForgetStore, Hidden, hidden_nodes
 from gaama.store.graph import GraphStore
 from gaama.store.validity import VALIDITY_FIELDS, validity_of
 from gaama.store.vectors import VectorIndex
@@ -132,8 +133,8 @@ async def accept_forget(
             ev = probe.model_copy(update={"partition": p})
             await deps.producer.send(TOPIC_TURNS, ev.key(), ev, p)
     except BrokerUnavailable:
-        # Lanes already sent finish on their own and wait for the rest, which never come: undo
-        # the acceptance so the caller's retry starts clean (a stray lane finds no request).
+        # Lanes already sent cannot be taken back: abandon the request, so every stage drops
+        # them and changes nothing, and the caller's retry starts clean.
         await deps.forgets.abandon(tenant, rid, scope, scope_id)
         deps.metrics.requests.labels(scope, "unavailable").inc()
         raise
@@ -143,7 +144,7 @@ async def accept_forget(
 
 async def forget_status(deps: ForgetDeps, tenant: str, request_id: str) -> ForgetStatusOut:
     st = await deps.forgets.status(tenant, request_id) if len(request_id) == 32 else None
-    if st is None:
+    if st is None or st.status == ABANDONED:  # refused: as if it had never been asked
         raise NotFound(f"forget request {ids.preview(request_id)} not found")
     return ForgetStatusOut(
         request_id=st.request_id,
@@ -161,33 +162,13 @@ async def forget_status(deps: ForgetDeps, tenant: str, request_id: str) -> Forge
 async def visible(
     graph: GraphStore, tenant: str, hidden: Hidden, items: Sequence[Item]
 ) -> list[Item]:
-    """``items`` minus what a pending forget covers: a node of a hidden conversation or subject,
-    and a fact or reflection whose every source turn is hidden."""
+    """``items`` minus what a pending forget hides (:func:`~gaama.store.forget.hidden_nodes`:
+    by provenance, the items' own where they carry it)."""
     if not hidden or not items:
         return list(items)
-    wanted = {i.id for i in items} | {p.episode_id for i in items for p in i.provenance}
-    scope = await _scopes(graph, tenant, list(wanted))
-
-    def covered(node: str) -> bool:
-        conv, subject = scope.get(node, ("", ""))
-        return hidden.covers(conv, subject)
-
-    return [
-        i
-        for i in items
-        if not covered(i.id)
-        and not (i.provenance and all(covered(p.episode_id) for p in i.provenance))
-    ]
-
-
-async def _scopes(
-    graph: GraphStore, tenant: str, node_ids: list[str]
-) -> dict[str, tuple[str, str]]:
-    rows = await graph.get_fields(tenant, node_ids, ["conversation", "subject"])
-    return {
-        n: tuple((v or b"").decode("utf-8", "replace") for v in r)  # type: ignore[misc]
-        for n, r in rows.items()
-    }
+    known = {i.id: [p.episode_id for p in i.provenance] for i in items if i.provenance}
+    gone = await hidden_nodes(graph, tenant, hidden, [i.id for i in items], known)
+    return [i for i in items if i.id not in gone]
 
 
 # --- list -------------------------------------------------------------------------------------
@@ -208,7 +189,7 @@ def _uncursor(cursor: str) -> tuple[float, str]:
 
 
 async def list_memories(
-    index: VectorIndex, hidden: Hidden, tenant: str, q: ListQuery
+    index: VectorIndex, graph: GraphStore, hidden: Hidden, tenant: str, q: ListQuery
 ) -> MemoryPage:
     """One page of the tenant's nodes in (time, id) order, after ``q.cursor``.
 
@@ -241,6 +222,7 @@ async def list_memories(
         rows += later
     more = more or len(rows) > q.limit
     page = rows[: q.limit]
+    gone = await hidden_nodes(graph, tenant, hidden, [n for _, n, _, _ in page])
     items = [
         MemoryOut(
             id=n,
@@ -254,7 +236,7 @@ async def list_memories(
             **validity_of(f).as_dict(),
         )
         for t, n, k, f in page
-        if not hidden.covers(f.get("conversation", ""), f.get("subject", ""))
+        if n not in gone
     ]
     last = page[-1] if page else None
     return MemoryPage(
@@ -276,14 +258,16 @@ async def export_subject(
     (with their source episodes), reflections citing those facts, and their concepts."""
     if hidden.covers("", subject):
         return
-    episodes = [
+    found = [
         node
-        for node, _, f in await index.scan(
+        for node, _, _ in await index.scan(
             tenant, kinds=[NodeKind.EPISODE], subject=subject, limit=None, fields=("conversation",)
         )
-        if not hidden.covers(f.get("conversation", ""), subject)
     ]
-    seen: set[str] = set()
+    gone = await hidden_nodes(graph, tenant, hidden, found)
+    episodes = [e for e in found if e not in gone]
+    seen: set[str] = set()  # read
+    shown: set[str] = set()  # written (not hidden by a pending forget)
     edges: set[tuple[str, str, str]] = set()
     frontier = list(episodes)
     follow = {
@@ -295,10 +279,13 @@ async def export_subject(
         frontier = []
         if not batch:
             break
+        seen.update(batch)
         nodes = await graph.get_nodes(tenant, batch)
+        gone = await hidden_nodes(graph, tenant, hidden, list(nodes))
+        nodes = {n: node for n, node in nodes.items() if n not in gone}
+        shown.update(nodes)
         adjacency = await graph.neighbours(tenant, list(nodes))
         for node_id, node in nodes.items():
-            seen.add(node_id)
             line: dict[str, Any] = {
                 "type": "node",
                 "id": node_id,
@@ -321,6 +308,6 @@ async def export_subject(
                     edges.add((src, dst, nb.kind.value))
                     frontier.append(nb.node)
     for src, dst, kind in sorted(edges):
-        if src in seen and dst in seen:
+        if src in shown and dst in shown:
             line = {"type": "edge", "src": src, "dst": dst, "kind": kind}
             yield (json.dumps(line) + "\n").encode()

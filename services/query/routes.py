@@ -76,7 +76,7 @@ def register_memory_routes(app: FastAPI, deps: QueryDeps) -> None:
     ) -> MemoryPage:
         """A page of the tenant's memory in time order; pass ``next_cursor`` for the next."""
         q = _list_query(conversation, subject, kind, cursor, limit)
-        return await list_memories(deps.index, await deps.hidden(tenant), tenant, q)
+        return await list_memories(deps.index, deps.graph, await deps.hidden(tenant), tenant, q)
 
     @app.get("/v1/export")
     async def export(tenant: Tenant, subject: str) -> StreamingResponse:

@@ -6,7 +6,7 @@ from functools import partial
 
 from gaama.events import TOPIC_FACTS
 from gaama.extract.reflection import ReflectionPipeline
-from gaama.metrics import forget_metrics
+from gaama.metrics import forget_dropped_metric, forget_metrics
 from services.reflect.handlers import handle
 from services.runtime.bootstrap import Service
 from services.runtime.worker import StageApp, add_ops_pages, stage_app
@@ -17,7 +17,7 @@ def build_app(svc: Service, pipeline: ReflectionPipeline) -> StageApp:
     handler = partial(
         handle,
         pipeline=pipeline,
-        forgetting=svc.stores.forgetting(settings),
+        forgetting=svc.stores.forgetting(settings, forget_dropped_metric(svc.name, svc.registry)),
         metrics=forget_metrics("reflect", svc.registry),
         concurrency=settings.llm_concurrency,
     )

@@ -12,7 +12,7 @@ from typing import Any
 
 import faust
 import redis.asyncio as aioredis
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
@@ -56,13 +56,15 @@ class Stores:
     async def aclose(self) -> None:
         await self.redis.aclose()
 
-    def forgetting(self, settings: Settings) -> Forgetting:
-        """What a stage needs to play its part in forget requests."""
+    def forgetting(self, settings: Settings, dropped: Counter | None = None) -> Forgetting:
+        """What a stage needs to play its part in forget requests (``dropped``: the counter of
+        forget events without an accepted request)."""
         keys = self.graph.keys
         return Forgetting(
             ForgetStore(self.redis, keys),
             ChunkStore(self.redis, keys),
             lock_ttl_s=settings.chunk_lock_s or 15.0,
+            dropped=dropped,
         )
 
 

@@ -14,7 +14,10 @@ conversation's partition, or each partition for a subject or a tenant):
    concepts left without edges, their adjacency, vectors and markers (``lua/forget_episodes``).
 
 Each step is idempotent, so a redelivered request (after a crash anywhere) redoes nothing
-that was done and finishes what was not. The core knows nothing of Kafka: ``lane`` is a name.
+that was done and finishes what was not. Each step acts only on an accepted request: an event
+whose request is unknown or was abandoned (its publication failed and the caller was refused)
+is dropped at every stage, counted in ``dropped`` by reason, and changes nothing. The core
+knows nothing of Kafka: ``lane`` is a name.
 """
 
 from __future__ import annotations
@@ -24,13 +27,14 @@ import logging
 import time
 from dataclasses import dataclass
 
+from prometheus_client import Counter
 from redis.asyncio.lock import Lock
 
 from gaama.errors import ChunkBusy
 from gaama.events import ForgetRequested
 from gaama.extract.types import word_count
 from gaama.store.chunks import ChunkStore
-from gaama.store.forget import ForgetStore
+from gaama.store.forget import ForgetRefused, ForgetStore
 
 log = logging.getLogger("gaama.forget")
 
@@ -48,15 +52,38 @@ class Forgetting:
     store: ForgetStore
     chunks: ChunkStore
     lock_ttl_s: float = 60.0
+    #: Forget events dropped because their request is not accepted, by reason (``unknown``,
+    #: ``abandoned``).
+    dropped: Counter | None = None
+
+    def _drop(self, ev: ForgetRequested, stage: str, reason: str) -> None:
+        log.warning(
+            "forget %s (%s) on %s dropped at %s: the request is %s",
+            ev.request_id,
+            ev.scope,
+            lane_of(ev),
+            stage,
+            reason,
+        )
+        if self.dropped is not None:
+            self.dropped.labels(reason).inc()
 
     async def at_ingest(self, ev: ForgetRequested) -> None:
         """Fix the cut of the event's lane."""
-        cut = await self.store.cut(ev.tenant, ev.request_id, lane_of(ev))
+        try:
+            cut = await self.store.cut(ev.tenant, ev.request_id, lane_of(ev))
+        except ForgetRefused as refused:
+            self._drop(ev, "ingest", refused.reason)
+            return
         log.info("forget %s (%s) cut at %d on %s", ev.request_id, ev.scope, cut, lane_of(ev))
 
     async def at_extract(self, ev: ForgetRequested) -> int:
         """Take the scope's episodes out of open chunks; returns how many were taken out."""
         t = ev.tenant
+        st = await self.store.status(t, ev.request_id)
+        if st is None or st.status not in ("pending", "done"):
+            self._drop(ev, "extract", st.status if st is not None else "unknown")
+            return 0
         cuts = await self.store.cuts(t, ev.request_id)
         doomed = set(await self.store.doomed_episodes(t, ev.scope, ev.scope_id, cuts))
         if not doomed:
@@ -82,17 +109,23 @@ class Forgetting:
         """Count the lane in; run the cascade once every lane is in. Returns what was removed
         (None while lanes are still on their way, or when it was done already)."""
         t = ev.tenant
-        if await self.store.is_done(t, ev.request_id):
+        try:
+            if not await self.store.arrive(t, ev.request_id, lane_of(ev)):
+                return None
+            started = time.perf_counter()
+            cuts = await self.store.cuts(t, ev.request_id)
+            doomed = await self.store.doomed_episodes(t, ev.scope, ev.scope_id, cuts)
+            removed = await self.store.remove_episodes(t, doomed, request_id=ev.request_id)
+        except ForgetRefused as refused:
+            if refused.reason != "done":  # a redelivery of a finished request: nothing to do
+                self._drop(ev, "the last stage", refused.reason)
             return None
-        if not await self.store.arrive(t, ev.request_id, lane_of(ev)):
-            return None
-        started = time.perf_counter()
-        cuts = await self.store.cuts(t, ev.request_id)
-        doomed = await self.store.doomed_episodes(t, ev.scope, ev.scope_id, cuts)
-        removed = await self.store.remove_episodes(t, doomed)
-        if ev.scope == "tenant" and not await self.store.has_episodes(t):
+        if ev.scope == "tenant":
             await self.store.sweep_tenant(t)
-        await self.store.finish(t, ev.request_id, ev.scope, ev.scope_id, removed, now=time.time())
+        if not await self.store.finish(
+            t, ev.request_id, ev.scope, ev.scope_id, removed, now=time.time()
+        ):
+            return None
         log.info(
             "forget %s (%s) done in %.2fs: %s",
             ev.request_id,

@@ -274,6 +274,16 @@ class ForgetMetrics:
     pending_limit_seconds: Gauge
 
 
+def forget_dropped_metric(service: str, registry: CollectorRegistry) -> Counter:
+    """Forget events a stage dropped because their request is not accepted (``reason``:
+    ``unknown``, ``abandoned``): published lanes of a request whose publication failed."""
+    return Declare(service, registry).counter(
+        "forget_events_dropped_total",
+        "Forget events dropped because their request was not accepted, by reason",
+        ["reason"],
+    )
+
+
 def forget_metrics(service: str, registry: CollectorRegistry) -> ForgetMetrics:
     d = Declare(service, registry)
     m = ForgetMetrics(

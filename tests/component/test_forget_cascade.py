@@ -10,11 +10,15 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from prometheus_client import CollectorRegistry
 
+from gaama import ids
 from gaama.config import Settings
 from gaama.embed import MiniLMEmbedder
 from gaama.events import TOPIC_TURNS, ForgetRequested, TurnReceived, conversation_key
+from gaama.metrics import forget_dropped_metric
 from gaama.model import NodeKind
+from gaama.retrieval.search import Retriever
 from gaama.store.codecs import VECTOR_FIELD
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
@@ -243,3 +247,159 @@ async def test_extraction_of_forgotten_episodes_is_dropped(
     assert await stream.extract.close("acme", "c1", "idle") is None
     assert episodes and not await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
     assert not await graph.existing("acme", episodes)
+
+
+def dropped(registry: CollectorRegistry, reason: str) -> float:
+    value = registry.get_sample_value(
+        "gaama_reflect_forget_events_dropped_total", {"reason": reason}
+    )
+    return value or 0.0
+
+
+async def test_an_abandoned_forget_changes_nothing_on_any_lane(
+    stream: Stream, graph: GraphStore
+) -> None:
+    """A request accepted on four lanes, then abandoned (its publication failed after lane p0
+    was sent): lane p0 reaching every stage, twice, removes nothing, never re-creates the
+    record and is counted as dropped."""
+    registry = CollectorRegistry()
+    stream.forgetting.dropped = forget_dropped_metric("reflect", registry)
+    await stream.run(
+        as_records(
+            turns("acme", "c1", C1[:2], subject="u1", eos=False)
+            + turns("acme", "c1", C1[2:], subject="u2", first=2)
+            + turns("acme", "c2", C2, subject="u1")
+        )
+    )
+    before = await dump(graph, "acme")
+    ev = ForgetRequested(
+        request_id=uuid.uuid4().hex, tenant="acme", scope="subject", scope_id="u1", partition=0
+    )
+    lanes = ["p0", "p1", "p2", "p3"]
+    f = stream.forgets
+    await f.accept("acme", ev.request_id, "subject", "u1", lanes=lanes, requester="t", now=1.0)
+    await f.abandon("acme", ev.request_id, "subject", "u1")
+    req = graph.keys.state("acme", "forget", ev.request_id)
+    tombstone = await graph.redis.hgetall(req)
+    for _ in range(2):  # a redelivery changes nothing either
+        await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+        assert not stream.failures
+        status = await f.status("acme", ev.request_id)
+        assert status is not None and status.status == "abandoned"
+        assert await graph.redis.hgetall(req) == tombstone  # no cut, no lane, no "done"
+    after = await dump(graph, "acme")
+    assert {k: v for k, v in after.items() if ":forget:" not in k and ":audit" not in k} == {
+        k: v for k, v in before.items() if ":forget:" not in k and ":audit" not in k
+    }
+    assert not await f.hidden("acme")
+    assert dropped(registry, "abandoned") == 6  # each delivery, at ingest, extract, reflect
+    assert [e["event"] for e in await f.audit("acme")] == ["abandoned", "accepted"]
+
+    # A request nobody accepted: dropped the same way, and no record appears.
+    stray = ev.model_copy(update={"request_id": uuid.uuid4().hex})
+    await stream.run([record(TOPIC_TURNS, stray.key(), stray)])
+    assert not await graph.redis.exists(graph.keys.state("acme", "forget", stray.request_id))
+    assert dropped(registry, "unknown") == 3
+    assert len(await tenant_keys(graph, "acme", graph.keys.node("acme", "ep_*"))) == 6
+
+
+async def test_a_surviving_fact_takes_the_scopes_and_time_of_its_remaining_sources(
+    stream: Stream, graph: GraphStore, index: VectorIndex, embedder
+) -> None:
+    """A fact merged from two conversations, one forgotten: it reads the other conversation
+    (field and index tag), is found by a list and a search scoped to it and not by either scoped
+    to the forgotten one, and its time is its earliest remaining source's."""
+    shared = ("Melanie", "Pottery is my favourite hobby; I made a blue bowl in class.")
+    await stream.run(as_records(turns("acme", "c1", [*C1, shared]) + turns("acme", "c2", C2)))
+
+    async def bowl() -> tuple[str, dict[bytes, bytes]]:
+        keys = await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
+        facts = [(k.decode().rsplit(":", 1)[1], await graph.redis.hgetall(k)) for k in keys]
+        (found,) = [(n, f) for n, f in facts if b"blue bowl" in f[b"text"]]
+        return found
+
+    fid, fact = await bowl()
+    sources = fact[b"sources"].decode().split(",")
+    convs = await graph.get_fields("acme", sources, ["conversation"])
+    assert {v[0] for v in convs.values()} == {b"c1", b"c2"}  # merged across conversations
+    assert fact[b"conversation"] == b"c1"  # the first chunk's
+
+    ev = await forget(stream, "acme", "conversation", "c1")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    assert not stream.failures
+    _, fact = await bowl()
+    left = fact[b"sources"].decode().split(",")
+    eps = await graph.get_nodes("acme", left)
+    assert left and {e.conversation for e in eps.values()} == {"c2"}
+    assert fact[b"conversation"] == b"c2"
+    assert fact[b"conversation_tag"].decode() == ids.tag("c2")
+    assert float(fact[b"time"]) == min(e.time for e in eps.values())
+
+    def listed(conversation: str) -> list[str]:
+        return [n for n, _, _ in rows[conversation]]
+
+    rows = {
+        c: await index.scan("acme", kinds=[NodeKind.FACT], conversation=c, limit=None)
+        for c in ("c1", "c2")
+    }
+    assert fid in listed("c2") and fid not in listed("c1")
+    retriever = Retriever(graph, index, embedder, stream.settings)
+    for conv, found in (("c2", True), ("c1", False)):
+        res = await retriever.search("acme", shared[1], k=20, conversation=conv)
+        assert (fid in {i.id for i in res.ranked + res.memory}) is found, conv
+
+
+async def test_a_turn_appended_during_the_tenant_sweep_is_kept(
+    stream: Stream, graph: GraphStore
+) -> None:
+    """A whole-tenant forget finds the tenant empty; a turn sent after the request is appended
+    right then, before the sweep: it is kept, with its chain."""
+    await stream.run(as_records(turns("acme", "c1", C1)))
+    ev = await forget(stream, "acme", "tenant", "")
+    f = stream.forgets
+    empty = f.has_episodes
+    late = turns("acme", "c9", C2[:1], first=30, eos=False)
+
+    async def then_a_turn(tenant: str) -> bool:
+        found = await empty(tenant)
+        if tenant == "acme" and not found:
+            await stream.ingest(as_records(late))  # lands between the check and the sweep
+        return found
+
+    f.has_episodes = then_a_turn  # type: ignore[method-assign]
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    assert not stream.failures
+    status = await f.status("acme", ev.request_id)
+    assert status is not None and status.status == "done" and status.removed["episode"] == 3
+    chain = [m.decode() for m in await graph.redis.zrange(graph.keys.chain("acme", "c9"), 0, -1)]
+    kept = await graph.get_nodes("acme", chain)
+    assert [n.turn_id for n in kept.values()] == ["D1:31"] and C2[0][1] in kept[chain[0]].text
+    assert residue(await dump(graph, "acme"), [t for _, t in C1], []) == []
+
+
+async def test_a_surviving_fact_drops_a_forgotten_subject(
+    stream: Stream, graph: GraphStore, index: VectorIndex
+) -> None:
+    """A fact whose subject is the forgotten subject's id, also derived from another subject's
+    turn: it takes that subject (field and index tag), so a read scoped to the forgotten subject
+    no longer finds it."""
+    shared = ("Melanie", "Pottery is my favourite hobby; I made a blue bowl in class.")
+    await stream.run(
+        as_records(
+            turns("acme", "c1", [*C1, shared], subject="Melanie")
+            + turns("acme", "c2", C2, subject="u2")
+        )
+    )
+    keys = await tenant_keys(graph, "acme", graph.keys.node("acme", "fa_*"))
+    (key,) = [k for k in keys if b"blue bowl" in (await graph.redis.hget(k, "text") or b"")]
+    fid = key.decode().rsplit(":", 1)[1]
+    assert await graph.redis.hget(key, "subject") == b"Melanie"  # who it is about: the speaker
+    ev = await forget(stream, "acme", "subject", "Melanie")
+    await stream.run([record(TOPIC_TURNS, ev.key(), ev)])
+    assert not stream.failures
+    fact = await graph.redis.hgetall(key)
+    assert fact[b"subject"] == b"u2" and fact[b"subject_tag"].decode() == ids.tag("u2")
+    assert fact[b"conversation"] == b"c2"
+    for subject, found in (("u2", True), ("Melanie", False)):
+        rows = await index.scan("acme", kinds=[NodeKind.FACT], subject=subject, limit=None)
+        assert (fid in {n for n, _, _ in rows}) is found, subject

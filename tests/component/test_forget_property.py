@@ -225,7 +225,7 @@ async def test_forgetting_leaves_no_residue(worlds, steps) -> None:
             i.text for i in await visible(graph, tenant, hidden, res.ranked + res.memory)
         )
         assert t.text not in shown
-    page = await list_memories(index, hidden, tenant, ListQuery(limit=200))
+    page = await list_memories(index, graph, hidden, tenant, ListQuery(limit=200))
     assert not {t.text for t in gone} & {i.text for i in page.items}
     assert not await graph.get_nodes(tenant, gone_ids)
 

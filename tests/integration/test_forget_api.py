@@ -5,6 +5,7 @@ exactly the records the broker holds."""
 from __future__ import annotations
 
 import hashlib
+import json
 from typing import Any
 
 import httpx
@@ -15,8 +16,9 @@ from prometheus_client import CollectorRegistry
 from gaama import ids
 from gaama.config import ApiKey, Settings, hash_api_key
 from gaama.embed import MiniLMEmbedder
+from gaama.errors import BrokerUnavailable
 from gaama.events import TOPIC_TURNS, topic_name
-from gaama.metrics import forget_metrics, query_metrics
+from gaama.metrics import forget_dropped_metric, forget_metrics, query_metrics
 from gaama.retrieval.search import Retriever
 from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
@@ -182,8 +184,6 @@ async def _export(c: httpx.AsyncClient, subject: str, headers=A):
 
 
 async def test_export_lists_a_subject_with_provenance(world) -> None:
-    import json
-
     c, *_ = world
     lines = [json.loads(x) async for x in _export(c, "u1")]
     nodes = {x["id"]: x for x in lines if x["type"] == "node"}
@@ -280,3 +280,87 @@ async def test_redis_down_answers_503_and_publishes_nothing(world, settings: Set
         await dead.aclose()
     assert await broker.records(0) == []  # nothing was published
     assert not await live.hidden("acme")
+
+
+class PublishesOnly(EventProducer):
+    """The real producer, whose sends fail once ``ok`` of them went through: a publication that
+    fails part way, as when the broker goes away between two lanes."""
+
+    def __init__(self, settings: Settings, ok: int) -> None:
+        super().__init__(settings, timeout_s=10)
+        self.ok = ok
+
+    async def send(self, base_topic: str, key: bytes, event: Any, partition: int | None = None):
+        if self.ok <= 0:
+            raise BrokerUnavailable("the broker went away (test)")
+        self.ok -= 1
+        await super().send(base_topic, key, event, partition)
+
+
+async def test_a_forget_answered_503_after_partial_publication_changes_nothing(
+    world, settings: Settings, graph: GraphStore
+) -> None:
+    c, stream, broker, _ = world
+    deps = c._transport.app.state.deps  # type: ignore[attr-defined]
+    registry = CollectorRegistry()
+    stream.forgetting.dropped = forget_dropped_metric("reflect", registry)
+    partial = PublishesOnly(settings, ok=1)
+    live, deps.forget.producer = deps.forget.producer, partial
+    try:
+        r = await c.delete("/v1/subjects/u1", headers=A)
+        assert r.status_code == 503 and r.headers["Retry-After"], r.text
+    finally:
+        deps.forget.producer = live
+        await partial.aclose()
+    before = [x async for x in _export(c, "u1")]
+    assert before and not await deps.forgets.hidden("acme")
+    (published,) = await broker.records(1)  # lane p0 went out before the failure
+    rid = json.loads(published.value)["request_id"]
+    for _ in range(2):  # delivered, then redelivered
+        await stream.run([published])
+        assert not stream.failures
+    assert [x async for x in _export(c, "u1")] == before  # nothing removed
+    assert (await c.get(f"/v1/forget/{rid}", headers=A)).status_code == 404
+    sample = registry.get_sample_value(
+        "gaama_reflect_forget_events_dropped_total", {"reason": "abandoned"}
+    )
+    assert sample == 6  # ingest, extract and reflect, each delivery
+    assert [e["event"] for e in (await c.get("/v1/audit", headers=A)).json()] == [
+        "abandoned",
+        "accepted",
+    ]
+
+
+async def test_a_pending_subject_forget_hides_derived_memory_from_every_read(
+    world, graph: GraphStore
+) -> None:
+    """Facts and reflections derived only from the forgotten subject's turns are hidden by
+    provenance (their own subject is who they are about, not the subject forgotten)."""
+    c, *_ = world
+    prefix = graph.keys.node("acme", "")
+    every = [k.decode()[len(prefix) :] async for k in graph.redis.scan_iter(match=f"{prefix}*")]
+    derived = [n for n in every if not n.startswith(("ep_", "co_"))]
+    provenance = await graph.provenance("acme", derived)
+    episodes = [n for n in every if n.startswith("ep_")]
+    subjects = {n: r[0] for n, r in (await graph.get_fields("acme", episodes, ["subject"])).items()}
+    only_u1 = {
+        n
+        for n, turns in provenance.items()
+        if turns and all(subjects[e] == b"u1" for e, _ in turns)
+    }
+    assert only_u1 and any(n.startswith("fa_") for n in only_u1)
+
+    assert (await c.delete("/v1/subjects/u1", headers=A)).status_code == 202
+    listed = (await c.get("/v1/memories", headers=A, params={"limit": 200})).json()["items"]
+    assert listed and not only_u1 & {i["id"] for i in listed}
+    assert {i["conversation"] for i in listed if i["kind"] != "concept"} == {"c2"}
+    u1 = only_u1 | {e for e, subject in subjects.items() if subject == b"u1"}
+    concepts = [i["id"] for i in listed if i["kind"] == "concept"]
+    for concept, nbs in (await graph.neighbours("acme", concepts)).items():
+        assert {nb.node for nb in nbs} - u1, concept  # labels some turn of c2 too
+    assert len(concepts) < len([n for n in every if n.startswith("co_")])
+    for node in only_u1:
+        assert (await c.get(f"/v1/nodes/{node}", headers=A)).status_code == 404
+    r = await c.post("/v1/search", headers=A, json={"query": "support group adoption"})
+    assert not only_u1 & {i["id"] for i in r.json()["memory"] + r.json()["ranked"]}
+    assert [x async for x in _export(c, "u1")] == []

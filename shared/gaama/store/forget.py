@@ -23,9 +23,10 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
@@ -36,7 +37,12 @@ from gaama.store.codecs import as_text, episode_said
 from gaama.store.errors import store_errors
 from gaama.store.keys import Keys
 
+if TYPE_CHECKING:
+    from gaama.store.graph import GraphStore
+
 AUDIT_MAX = 10_000
+#: The status of a request whose publication failed (:meth:`ForgetStore.abandon`).
+ABANDONED = "abandoned"
 _BATCH = 200
 _KINDS = ("episode", "fact", "reflection", "concept")
 
@@ -66,6 +72,59 @@ class Hidden:
         )
 
 
+class ForgetRefused(Exception):
+    """A stage met a forget request that is not accepted and pending (``reason``: ``unknown``,
+    ``abandoned`` or ``done``): the event is dropped, nothing was written."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+async def hidden_nodes(
+    graph: GraphStore,
+    tenant: str,
+    hidden: Hidden,
+    node_ids: Sequence[str],
+    sources: Mapping[str, Sequence[str]] | None = None,
+) -> set[str]:
+    """The nodes among ``node_ids`` that pending forgets hide, decided by provenance: a node
+    whose every source episode is of a hidden scope. An episode is its own source; a fact's
+    are its ``sources``; a reflection's those of the facts it cites; a concept's those of the
+    episodes and facts it labels (the cascade removes a concept left without them). A node
+    without source episodes is decided by its own conversation and subject.
+
+    ``sources`` gives the source episodes of nodes already known (a search's provenance); the
+    others' are read in one round trip (two for concepts), the scopes of every episode in one
+    more."""
+    if not hidden or not node_ids:
+        return set()
+    if hidden.everything:
+        return set(node_ids)
+    known = dict(sources or {})
+    missing = [n for n in dict.fromkeys(node_ids) if n not in known]
+    concepts = [n for n in missing if n.startswith(ids.kind_prefix(NodeKind.CONCEPT) + "_")]
+    labelled = {
+        c: [nb.node for nb in nbs] for c, nbs in (await graph.neighbours(tenant, concepts)).items()
+    }
+    wanted = list(dict.fromkeys([*missing, *(n for ns in labelled.values() for n in ns)]))
+    for node, turns in (await graph.provenance(tenant, wanted)).items():
+        known.setdefault(node, [e for e, _ in turns])
+    for c, linked in labelled.items():
+        known[c] = list(dict.fromkeys(e for n in linked for e in known.get(n, ())))
+    episodes = {e for n in node_ids for e in known.get(n, ())} | set(node_ids)
+    rows = await graph.get_fields(tenant, sorted(episodes), ["conversation", "subject"])
+    scopes = {n: tuple(as_text(v) for v in r) for n, r in rows.items()}
+
+    def covered(node: str) -> bool:
+        conv, subject = scopes.get(node, ("", ""))
+        return hidden.covers(conv, subject)
+
+    return {
+        n for n in node_ids if (all(covered(e) for e in known[n]) if known.get(n) else covered(n))
+    }
+
+
 @dataclass
 class ForgetStatus:
     request_id: str
@@ -83,7 +142,10 @@ class ForgetStore:
         self.redis = redis
         self.keys = keys or Keys()
         self._cut = scripts.register(redis, "forget_cut.lua")
+        self._arrive = scripts.register(redis, "forget_arrive.lua")
+        self._finish = scripts.register(redis, "forget_finish.lua")
         self._forget = scripts.register(redis, "forget_episodes.lua")
+        self._sweep = scripts.register(redis, "forget_sweep.lua")
 
     # --- keys --------------------------------------------------------------------------------
 
@@ -132,10 +194,18 @@ class ForgetStore:
             await self.redis.zadd(self._global_pending, {f"{tenant}|{request_id}": now})
 
     async def abandon(self, tenant: str, request_id: str, scope: str, scope_id: str) -> None:
-        """Undo :meth:`accept` for a request that could not be published."""
+        """Undo :meth:`accept` for a request that could not be published: the record becomes
+        an ``abandoned`` tombstone (no cuts, no lanes), the hide marker goes, the audit log
+        says so. A lane of it that was published is dropped by every stage (:meth:`cut`,
+        :meth:`arrive`, :meth:`finish` and the cascade act only on a pending request)."""
         pipe = self.redis.pipeline(transaction=True)
         pipe.delete(self._req(tenant, request_id), self._pending(tenant, request_id))
+        pipe.hset(
+            self._req(tenant, request_id),
+            mapping={"status": ABANDONED, "scope": scope, "scope_tag": ids.tag(scope_id)},
+        )
         pipe.hdel(self.keys.state(tenant, "hidden"), marker(scope, scope_id))
+        self._audit(pipe, tenant, request_id, ABANDONED, scope, scope_id, "", time.time())
         with store_errors():
             await pipe.execute()
             await self.redis.zrem(self._global_pending, f"{tenant}|{request_id}")
@@ -143,11 +213,18 @@ class ForgetStore:
     # --- the stages ----------------------------------------------------------------------------
 
     async def cut(self, tenant: str, request_id: str, lane: str) -> int:
-        """Fix the lane's cut at the tenant's ingest counter (ingest stage; first call wins)."""
+        """Fix the lane's cut at the tenant's ingest counter (ingest stage; first call wins).
+
+        Raises:
+            ForgetRefused: no accepted request of that id (unknown or abandoned); nothing was
+                written.
+        """
         with store_errors():
-            value = await self._cut(
+            ok, value = await self._cut(
                 keys=[self._req(tenant, request_id), self.keys.state(tenant, "iseq")], args=[lane]
             )
+        if not int(ok):
+            raise ForgetRefused(as_text(value))
         return int(value)
 
     async def cuts(self, tenant: str, request_id: str) -> dict[str, int]:
@@ -161,17 +238,20 @@ class ForgetStore:
         return out
 
     async def arrive(self, tenant: str, request_id: str, lane: str) -> bool:
-        """The request reached the last stage on ``lane``; True once every lane has."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.srem(self._pending(tenant, request_id), lane)
-        pipe.scard(self._pending(tenant, request_id))
-        with store_errors():
-            _, left = await pipe.execute()
-        return int(left) == 0
+        """The request reached the last stage on ``lane``; True once every lane has.
 
-    async def is_done(self, tenant: str, request_id: str) -> bool:
+        Raises:
+            ForgetRefused: the request is not pending (``done``, abandoned or unknown); no
+                lane was counted.
+        """
         with store_errors():
-            return as_text(await self.redis.hget(self._req(tenant, request_id), "status")) == "done"
+            ok, value = await self._arrive(
+                keys=[self._req(tenant, request_id), self._pending(tenant, request_id)],
+                args=[lane],
+            )
+        if not int(ok):
+            raise ForgetRefused(as_text(value))
+        return int(value) == 0
 
     async def doomed_episodes(
         self, tenant: str, scope: str, scope_id: str, cuts: dict[str, int]
@@ -200,9 +280,22 @@ class ForgetStore:
         return out
 
     async def remove_episodes(
-        self, tenant: str, episode_ids: list[str], progress: Callable[[int], None] | None = None
+        self,
+        tenant: str,
+        episode_ids: list[str],
+        progress: Callable[[int], None] | None = None,
+        *,
+        request_id: str | None = None,
     ) -> dict[str, int]:
-        """Run the cascade over ``episode_ids`` in atomic batches; counts removed by kind."""
+        """Run the cascade over ``episode_ids`` in atomic batches; counts removed by kind.
+
+        With ``request_id``, each batch runs only while that request is pending.
+
+        Raises:
+            ForgetRefused: the request stopped being pending (abandoned); the batches before
+                were made, none after.
+        """
+        guard = [self._req(tenant, request_id)] if request_id else []
         total = dict.fromkeys(_KINDS, 0)
         args = [
             self.keys.node(tenant, ""),
@@ -215,7 +308,11 @@ class ForgetStore:
         for i in range(0, len(episode_ids), _BATCH):
             batch = episode_ids[i : i + _BATCH]
             with store_errors():
-                counts = await self._forget(keys=[self.keys.degrees(tenant)], args=[*args, *batch])
+                counts = await self._forget(
+                    keys=[self.keys.degrees(tenant), *guard], args=[*args, *batch]
+                )
+                if counts is None:
+                    raise ForgetRefused(ABANDONED)
                 # After the removal (store/fulltext.py: counts cached under the old token go)
                 await self.redis.set(self.keys.text_version(tenant), secrets.token_hex(8))
             for kind, n in zip(_KINDS, counts, strict=True):
@@ -224,19 +321,36 @@ class ForgetStore:
                 progress(i + len(batch))
         return total
 
-    async def sweep_tenant(self, tenant: str) -> int:
-        """After a tenant's cascade: every key of the tenant left (chains, chunk state, markers),
-        except the forget records and the audit log, which say what was done."""
+    async def sweep_tenant(self, tenant: str) -> int | None:
+        """After a tenant's cascade, when the tenant holds no episode: every key of the tenant
+        left (chains, chunk state, markers, the ingest counter), except the forget records and
+        the audit log, which say what was done. Returns the keys removed.
+
+        The emptiness check and the sweep are one: the ingest counter is read before the check,
+        and each batch of the sweep is unlinked only while the counter is unchanged
+        (``lua/forget_sweep.lua``). A turn appended at any moment in between moves the counter,
+        and the sweep stops before that turn (returns None): what it wrote is kept."""
         keep = tuple(self.keys.state(tenant, n) for n in ("forget", "audit", "hidden"))
-        gone = 0
+        counter = self.keys.state(tenant, "iseq")
         with store_errors():
+            expected = as_text(await self.redis.get(counter))
+            if await self.has_episodes(tenant):
+                return None
+            found: list[str] = []
             for pattern in self.keys.tenant_patterns(tenant):
                 near = self.keys.degrees(tenant)  # on a cluster: the tenant's primary only
                 async for raw in cluster.scan_keys(self.redis, pattern, near=near):
                     key = as_text(raw)
-                    if key.startswith(keep):
-                        continue
-                    gone += int(await self.redis.unlink(key))
+                    if not key.startswith(keep) and key != counter:
+                        found.append(key)
+            gone = 0
+            batches = [found[i : i + _BATCH] for i in range(0, len(found), _BATCH)]
+            for i, batch in enumerate([*batches, []]):
+                last = "1" if i == len(batches) else "0"
+                n = int(await self._sweep(keys=[counter, *batch], args=[expected, last]))
+                if n < 0:
+                    return None
+                gone += n
         return gone
 
     async def finish(
@@ -248,19 +362,24 @@ class ForgetStore:
         removed: dict[str, int],
         *,
         now: float,
-    ) -> None:
-        """Mark the request done with its counts, lift the hide marker, audit it."""
-        pipe = self.redis.pipeline(transaction=True)
-        pipe.hset(
-            self._req(tenant, request_id),
-            mapping={"status": "done", "removed": json.dumps(removed), "done_at": repr(now)},
-        )
-        pipe.delete(self._pending(tenant, request_id))
-        pipe.hdel(self.keys.state(tenant, "hidden"), marker(scope, scope_id))
-        self._audit(pipe, tenant, request_id, "done", scope, scope_id, "", now, removed)
+    ) -> bool:
+        """Mark the request done with its counts, lift the hide marker, audit it, atomically;
+        False (nothing written) when the request is no longer pending."""
+        entry = self._entry(request_id, "done", scope, scope_id, "", now, removed)
         with store_errors():
-            await pipe.execute()
+            marked = await self._finish(
+                keys=[
+                    self._req(tenant, request_id),
+                    self._pending(tenant, request_id),
+                    self.keys.state(tenant, "hidden"),
+                    self.keys.state(tenant, "audit"),
+                ],
+                args=[json.dumps(removed), repr(now), marker(scope, scope_id), entry, AUDIT_MAX],
+            )
+            if not int(marked):
+                return False
             await self.redis.zrem(self._global_pending, f"{tenant}|{request_id}")
+        return True
 
     # --- reads ---------------------------------------------------------------------------------
 
@@ -330,6 +449,21 @@ class ForgetStore:
         now: float,
         removed: dict[str, int] | None = None,
     ) -> None:
+        entry = self._entry(request_id, event, scope, scope_id, requester, now, removed)
+        key = self.keys.state(tenant, "audit")
+        pipe.lpush(key, entry)
+        pipe.ltrim(key, 0, AUDIT_MAX - 1)
+
+    @staticmethod
+    def _entry(
+        request_id: str,
+        event: str,
+        scope: str,
+        scope_id: str,
+        requester: str,
+        now: float,
+        removed: dict[str, int] | None = None,
+    ) -> str:
         entry: dict[str, Any] = {
             "request_id": request_id,
             "event": event,
@@ -341,9 +475,7 @@ class ForgetStore:
             entry["requester"] = requester
         if removed is not None:
             entry["removed"] = removed
-        key = self.keys.state(tenant, "audit")
-        pipe.lpush(key, json.dumps(entry, sort_keys=True))
-        pipe.ltrim(key, 0, AUDIT_MAX - 1)
+        return json.dumps(entry, sort_keys=True)
 
     async def _episodes_of(self, tenant: str) -> list[str]:
         prefix = self.keys.node(tenant, "")
