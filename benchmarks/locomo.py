@@ -236,7 +236,7 @@ class ConvIndex:
 
 
 def _episodes_to_budget(items: list[Item], budget: int) -> list[Item]:
-    return pack(items, Caps(facts=0, reflections=0, episodes=len(items), budget_words=budget))
+    return pack(items, Caps(facts=0, reflections=0, episodes=len(items), budget=budget))
 
 
 def _answer(ranked: list[Item], memory: list[Item], latency_ms: float) -> Answer:
