@@ -46,7 +46,15 @@ from services.runtime.loop_monitor import LoopMonitor
 
 log = logging.getLogger("gaama.mcp")
 
-TOOLS = ("remember", "search_memory", "answer", "get_memory", "list_memories", "forget")
+TOOLS = (
+    "remember",
+    "search_memory",
+    "get_context",
+    "answer",
+    "get_memory",
+    "list_memories",
+    "forget",
+)
 MCP_PATH = "/mcp"
 READY_TIMEOUT_S = 2.0
 
@@ -254,6 +262,8 @@ MODE = (
     "similarity only; ppr: the graph walk only."
 )
 BUDGET = "Words of memory to return (default 1000; the service may cap it lower)."
+MaxTokens = Annotated[StrictInt, Field(ge=BUDGET_MIN, le=BUDGET_MAX)]
+AsOf = Annotated[float, Field(strict=False, ge=0)]
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
 
@@ -334,6 +344,37 @@ def build_server(gw: Gateway) -> MCPServer:
             gw,
             ctx,
             lambda c: h.search_memory(c, query=query, k=k, budget=budget, mode=mode, scope=scope),
+        )
+
+    async def get_context(
+        ctx: Context,
+        query: Annotated[
+            Query,
+            Field(description="What the context is for: the user's message or question."),
+        ],
+        max_tokens: Annotated[
+            MaxTokens,
+            Field(description="Token budget of the block (default 1000; the service may cap it)."),
+        ] = 1000,
+        scope: Annotated[h.ScopeArg | None, Field(description=SCOPE)] = None,
+        as_of: Annotated[
+            AsOf | None,
+            Field(description="Epoch seconds: the memory as it stood then (default: now)."),
+        ] = None,
+    ) -> Annotated[CallToolResult, h.ContextResult]:
+        """Get a prompt-ready block of long-term memory for a message, within a token budget.
+
+        The block lists the facts that hold now with their dates first, then facts that no
+        longer hold, reflections, and the relevant turns in time order with speaker and date;
+        each line has a citation id ([F1], [R1], [E1]) that `citations` maps to a memory id.
+        Put it into your prompt as it is.
+        """
+        return await _run(
+            gw,
+            ctx,
+            lambda c: h.get_context(
+                c, query=query, max_tokens=max_tokens, scope=scope, as_of=as_of
+            ),
         )
 
     async def answer(
@@ -435,7 +476,7 @@ def build_server(gw: Gateway) -> MCPServer:
         ),
     }
     tools: dict[str, Tool] = {}
-    for fn in (remember, search_memory, answer, get_memory, list_memories, forget):
+    for fn in (remember, search_memory, get_context, answer, get_memory, list_memories, forget):
         tool = Tool.from_function(fn, annotations=annotations.get(fn.__name__, READ_ONLY))
         # Unknown arguments are refused (ToolCalls); say so in the schema a model reads.
         tool.parameters["additionalProperties"] = False
