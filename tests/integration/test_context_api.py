@@ -139,7 +139,7 @@ async def test_search_token_budget_without_spaces(
     c, _ = api
     body = {"query": "おすしをたべました", "scope": {"conversation": "conv-ja"}, "budget": 60}
     by_words = (await c.post("/v1/search", headers=A, json=body)).json()
-    by_tokens = (await c.post("/v1/search", headers=A, json={**body, "budget_unit": "tokens"}))
+    by_tokens = await c.post("/v1/search", headers=A, json={**body, "budget_unit": "tokens"})
     by_tokens_data = by_tokens.json()
     # A turn without spaces is one "word": a 60-word budget takes every turn, far over 60 tokens.
     assert by_words["words"] == len(JA)
