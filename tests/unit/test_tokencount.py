@@ -93,7 +93,7 @@ def test_request_unit_and_bounds() -> None:
     p = resolve_params(base, None, 300, "tokens")
     assert (p.budget_unit, p.budget_tokens, p.budget_words) == ("tokens", 300, 1000)
     assert resolve_params(base, None, 300).budget_words == 300  # words by default
-    assert pool_size(20, resolve_params(base, None, 2600, "tokens")) == 100
+    assert pool_size(20, resolve_params(base, None, 2800, "tokens")) == 100
     with pytest.raises(ValidationError, match="10..20000 tokens"):
         resolve_params(base, None, 5, "tokens")
     with pytest.raises(ValidationError, match="budget_unit"):

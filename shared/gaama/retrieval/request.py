@@ -25,8 +25,8 @@ K_MAX = 200
 BUDGET_MIN, BUDGET_MAX = 10, 20000
 WORDS_PER_ITEM = 20  # typical words of one item, to size the pool for a word budget
 #: Typical tokens of one item, to size the pool for a token budget: WordPiece gives English
-#: memory text about 1.3 tokens a word (docs/decisions/0161-token-budgets.md).
-TOKENS_PER_ITEM = 26
+#: memory text about 1.4 tokens a word (docs/decisions/0161-token-budgets.md).
+TOKENS_PER_ITEM = 28
 
 
 def check_request(mode: str, k: int, query: str) -> None:
