@@ -14,6 +14,7 @@ from gaama.retrieval.context import (
     EPISODES,
     Message,
     build_context,
+    line,
     line_sizes,
     query_of,
 )
@@ -94,7 +95,7 @@ def test_request_unit_and_bounds() -> None:
     assert (p.budget_unit, p.budget_tokens, p.budget_words) == ("tokens", 300, 1000)
     assert resolve_params(base, None, 300).budget_words == 300  # words by default
     assert pool_size(20, resolve_params(base, None, 2800, "tokens")) == 100
-    with pytest.raises(ValidationError, match="10..20000 tokens"):
+    with pytest.raises(ValidationError, match=r"10\.\.20000 tokens"):
         resolve_params(base, None, 5, "tokens")
     with pytest.raises(ValidationError, match="budget_unit"):
         resolve_params(base, None, None, "chars")  # type: ignore[arg-type]
@@ -168,3 +169,10 @@ def test_line_sizes_fit_the_block(counter: TokenCounter) -> None:
     block = build_context(memory, 1000, counter)
     headers = sum(counter.counts([CURRENT, ENDED, "Reflections:", EPISODES]))
     assert block.tokens <= sum(sizes) + headers
+
+
+def test_a_line_counts_its_prefix_plus_its_text(counter: TokenCounter) -> None:
+    memory = _memory()
+    sizes = line_sizes(counter, None)(memory)
+    lines = [line(i, f"{i.kind.value[0].upper()}99", None) for i in memory]
+    assert sizes == counter.counts(lines)

@@ -92,23 +92,31 @@ def _day(t: float | None) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d") if t else ""
 
 
-def line(item: Item, citation: str, as_of: float | None) -> str:
-    """One item's line of the block."""
-    text = " ".join(item.text.split())  # one line: the block's layout is its own
+def line_parts(item: Item, citation: str, as_of: float | None) -> tuple[str, str]:
+    """One item's line of the block as its prefix (citation, date, speaker) and its text; the
+    line is the two joined by a space."""
+    text = item.text
     if item.kind is NodeKind.FACT:
         v = item.validity
         since = _day(v.valid_from if v.valid_from is not None else item.time)
         if holds(item, as_of):
-            when = f"({since}) " if since else ""
+            when = f" ({since})" if since else ""
         else:
             until = _day(v.valid_to)
-            when = f"({since} to {until}, no longer holds) " if since else f"(until {until}) "
-        return f"- [{citation}] {when}{text}"
+            when = f" ({since} to {until}, no longer holds)" if since else f" (until {until})"
+        return f"- [{citation}]{when}", text
     if item.kind is NodeKind.EPISODE and not (item.speaker and f"{item.speaker}:" in text[:120]):
-        said = f"{item.speaker}: " if item.speaker else ""
         day = _day(item.time)
-        text = f"[{day}] {said}{text}" if day else f"{said}{text}"
-    return f"- [{citation}] {text}"
+        stamp = f" [{day}]" if day else ""
+        said = f" {item.speaker}:" if item.speaker else ""
+        return f"- [{citation}]{stamp}{said}", text
+    return f"- [{citation}]", text
+
+
+def line(item: Item, citation: str, as_of: float | None) -> str:
+    """One item's line of the block (its text on one line: the block's layout is its own)."""
+    prefix, text = line_parts(item, citation, as_of)
+    return f"{prefix} {' '.join(text.split())}"
 
 
 def header_tokens(counter: TokenCounter) -> int:
@@ -117,11 +125,15 @@ def header_tokens(counter: TokenCounter) -> int:
 
 
 def line_sizes(counter: TokenCounter, as_of: float | None) -> Size:
-    """Packing's size function of a context: the tokens of each item's line."""
+    """Packing's size function of a context: the tokens of each item's line. The tokenizer
+    splits at whitespace, so a line's count is its prefix's plus its text's: the texts' counts
+    are the ones a token-budget search caches."""
 
     def sizes(items: Sequence[Item]) -> list[int]:
-        lines = [line(i, f"{_PREFIX[i.kind]}{_PLACEHOLDER}", as_of) for i in items]
-        return counter.counts(lines)
+        parts = [line_parts(i, f"{_PREFIX[i.kind]}{_PLACEHOLDER}", as_of) for i in items]
+        prefixes = counter.counts([p for p, _ in parts])
+        texts = counter.counts([t for _, t in parts])
+        return [a + b for a, b in zip(prefixes, texts, strict=True)]
 
     return sizes
 
