@@ -1,10 +1,16 @@
 """Token budgets on POST /v1/search and the context call POST /v1/context, over HTTP (ASGI
 transport) against the real Redis: shape, budget, determinism, scope and tenant isolation,
-validation; and the SDK's get_context."""
+validation; the SDK's get_context and the CLI's ``gaama context``."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,6 +28,7 @@ from gaama.store.graph import GraphStore
 from gaama.store.vectors import VectorIndex
 from tests.integration.test_query_api import KEY_A, A, B, make_app, with_keys
 from tests.integration.test_search import DAY, T0, Built, build_memory
+from tests.support.services import ServiceProcess
 
 pytestmark = pytest.mark.requires_stack
 
@@ -297,3 +304,33 @@ async def test_sdk_get_context(
         with pytest.raises(GaamaAPIError) as err:
             await c.get_context()
         assert err.value.status_code == 422 and "either query or messages" in err.value.message
+
+
+@pytest.mark.slow
+async def test_cli_context_against_the_query_service(
+    settings: Settings, index: VectorIndex, memory: dict[str, Any], tmp_path: Path
+) -> None:
+    keyed = with_keys(settings)
+    query = ServiceProcess("query", keyed, tmp_path).start()
+    try:
+        env = {
+            "PATH": os.environ.get("PATH", ""),
+            "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+            "GAAMA_API_KEY": KEY_A,
+            "HF_HUB_OFFLINE": "1",
+        }
+        argv = [sys.executable, "-m", "gaama.cli", "context", "pottery bowl", "--url", query.url]
+        out = await asyncio.to_thread(
+            subprocess.run, [*argv, "--max-tokens", "120"], capture_output=True, text=True, env=env
+        )
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.startswith(CURRENT) and "tokens" in out.stderr
+        raw = await asyncio.to_thread(
+            subprocess.run, [*argv, "--json"], capture_output=True, text=True, env=env
+        )
+        data = json.loads(raw.stdout)
+        assert data["tokens"] <= 1000 and data["context"] and data["citations"]
+        mine = _ids(memory["a"]) | set(memory["ja"]) | set(memory["moved"])
+        assert {v["id"] for v in data["citations"].values()} <= mine
+    finally:
+        query.stop()
