@@ -262,6 +262,10 @@ MODE = (
     "similarity only; ppr: the graph walk only."
 )
 BUDGET = "Words of memory to return (default 1000; the service may cap it lower)."
+SEARCH_BUDGET = (
+    "Words (with budget_unit tokens: tokens) of memory to return (default 1000; the service "
+    "may cap it lower)."
+)
 MaxTokens = Annotated[StrictInt, Field(ge=BUDGET_MIN, le=BUDGET_MAX)]
 AsOf = Annotated[float, Field(strict=False, ge=0)]
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
@@ -329,21 +333,34 @@ def build_server(gw: Gateway) -> MCPServer:
             Field(description="What to recall, as a question or topic: 'What pets does Ann have?'"),
         ],
         k: Annotated[K, Field(description="How many ranked items to return.")] = 10,
-        budget: Annotated[Budget | None, Field(description=BUDGET)] = None,
+        budget: Annotated[Budget | None, Field(description=SEARCH_BUDGET)] = None,
         mode: Annotated[h.Mode, Field(description=MODE)] = "gaama",
         scope: Annotated[h.ScopeArg | None, Field(description=SCOPE)] = None,
+        budget_unit: Annotated[
+            h.BudgetUnit | None,
+            Field(description="What the budget counts: words (default) or tokens."),
+        ] = None,
     ) -> Annotated[CallToolResult, h.SearchResult]:
         """Search long-term memory for what is relevant to a query.
 
         Call it before answering anything that may depend on earlier conversations. Returns
-        `memory`, the relevant facts, reflections and verbatim turns packed within a word
-        budget and ready to read, and `ranked`, the top-k items; each item has its kind, time,
-        score and provenance (the turns it was derived from; read one with get_memory).
+        `memory`, the relevant facts, reflections and verbatim turns packed within a budget
+        (words, or tokens) and ready to read, and `ranked`, the top-k items; each item has its
+        kind, time, score and provenance (the turns it was derived from; read one with
+        get_memory). For a block to put into a prompt as it is, call get_context.
         """
         return await _run(
             gw,
             ctx,
-            lambda c: h.search_memory(c, query=query, k=k, budget=budget, mode=mode, scope=scope),
+            lambda c: h.search_memory(
+                c,
+                query=query,
+                k=k,
+                budget=budget,
+                mode=mode,
+                scope=scope,
+                budget_unit=budget_unit,
+            ),
         )
 
     async def get_context(

@@ -112,6 +112,7 @@ class TurnArg(BaseModel):
 #: A subject as the API takes it (``user/42``; ``/`` allowed), never empty.
 Subject = Annotated[ids.SubjectId, Field(min_length=1)]
 Mode = Literal["gaama", "semantic", "ppr"]
+BudgetUnit = Literal["words", "tokens"]
 
 
 class ScopeArg(BaseModel):
@@ -155,9 +156,10 @@ class RememberResult(BaseModel):
 
 
 class SearchResult(BaseModel):
-    memory: list[MemoryItem] = Field(description="Packed memory within the word budget")
+    memory: list[MemoryItem] = Field(description="Packed memory within the budget")
     ranked: list[MemoryItem] = Field(description="The top-k items by score")
     words: int
+    tokens: int | None = Field(None, description="The memory's tokens (a token budget)")
     mode: str
 
 
@@ -350,6 +352,7 @@ async def search_memory(
     budget: int | None,
     mode: Mode,
     scope: ScopeArg | None,
+    budget_unit: BudgetUnit | None = None,
 ) -> CallToolResult:
     data = await call(
         QUERY,
@@ -357,6 +360,7 @@ async def search_memory(
             query,
             k=k,
             budget=budget,
+            budget_unit=budget_unit,
             mode=mode,
             conversation=scope.conversation if scope else None,
             subject=scope.subject if scope else None,
@@ -373,7 +377,8 @@ async def search_memory(
     )
     if not out.memory:
         return _result(out, f"Nothing in memory matches {ids.preview(query, 100)}.")
-    lines = [f"Memory for {ids.preview(query, 100)} ({len(out.memory)} items, {out.words} words):"]
+    size = f"{out.tokens} tokens" if out.tokens is not None else f"{out.words} words"
+    lines = [f"Memory for {ids.preview(query, 100)} ({len(out.memory)} items, {size}):"]
     lines += [_line(i, item) for i, item in enumerate(out.memory, 1)]
     return _result(out, "\n".join(lines))
 

@@ -299,6 +299,8 @@ async def test_sdk_get_context(
         out = await c.get_context("pottery bowl", max_tokens=200, conversation="conv1")
         assert out["context"].startswith(CURRENT) and out["tokens"] <= 200
         assert all(i["conversation"] == "conv1" for i in out["items"])
+        hits = await c.search("pottery bowl", budget=40, budget_unit="tokens")
+        assert hits["budget_unit"] == "tokens" and 0 < hits["tokens"] <= 40
         chat = [{"role": "user", "content": "What did Jon start?"}]
         assert (await c.get_context(messages=chat))["query"] == "What did Jon start?"
         with pytest.raises(GaamaAPIError) as err:
