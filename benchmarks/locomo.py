@@ -44,7 +44,14 @@ from benchmarks.locomo_kafka import (
     start_services,
 )
 from benchmarks.locomo_report import docs_section, markdown_table, write_docs
-from benchmarks.metrics import KS, QuestionScore, Tally, score_question, usable_evidence
+from benchmarks.metrics import (
+    KS,
+    TOKEN_BUDGETS,
+    QuestionScore,
+    Tally,
+    score_question,
+    usable_evidence,
+)
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
 from gaama.episodes import episode_node, episode_stored
@@ -63,7 +70,7 @@ from gaama.extract.types import (
 )
 from gaama.launch import ServiceProcess
 from gaama.model import EdgeKind, NodeKind
-from gaama.retrieval.pack import Caps, Item, pack, render_memory
+from gaama.retrieval.pack import Caps, Item, Size, pack, render_memory, word_sizes
 from gaama.retrieval.search import Retriever
 from gaama.store import connect
 from gaama.store.bulk import BulkLoader
@@ -88,6 +95,8 @@ class Options:
     conversations: list[str] | None = None
     modes: tuple[str, ...] = MODES
     budget: int = 1000
+    # The memory is also packed within these token budgets (R@<b>t); () packs by words only.
+    token_budgets: tuple[int, ...] = TOKEN_BUDGETS
     via_kafka: bool = False
     start_services: bool | None = None  # None: when the harness owns the stack
     json_path: Path | None = None
@@ -179,6 +188,8 @@ class Answer:
     words: int
     latency_ms: float
     memory_text: str
+    tokens: int = 0  # of the word budget's memory
+    by_tokens: dict[int, list[frozenset[str]]] = field(default_factory=dict)  # by token budget
 
 
 def covers(item: Item) -> frozenset[str]:
@@ -235,17 +246,25 @@ class ConvIndex:
         return out
 
 
-def _episodes_to_budget(items: list[Item], budget: int) -> list[Item]:
-    return pack(items, Caps(facts=0, reflections=0, episodes=len(items), budget_words=budget))
+def _episodes_to_budget(items: list[Item], budget: int, size: Size = word_sizes) -> list[Item]:
+    return pack(items, Caps(facts=0, reflections=0, episodes=len(items), budget=budget), size)
 
 
-def _answer(ranked: list[Item], memory: list[Item], latency_ms: float) -> Answer:
+def _answer(
+    ranked: list[Item],
+    memory: list[Item],
+    latency_ms: float,
+    retriever: Retriever,
+    by_tokens: dict[int, list[Item]],
+) -> Answer:
     return Answer(
         [covers(i) for i in ranked],
         [covers(i) for i in memory],
         sum(i.words for i in memory),
         latency_ms,
         render_memory(memory),
+        sum(retriever.token_sizes(memory)),
+        {b: [covers(i) for i in m] for b, m in by_tokens.items()},
     )
 
 
@@ -257,8 +276,11 @@ async def ask(
     retriever: Retriever,
     budget: int,
     params: dict[str, Any],
+    token_budgets: Sequence[int] = (),
 ) -> Answer:
-    """Retrieve for one question in one mode; the latency includes embedding the question."""
+    """Retrieve for one question in one mode; the latency includes embedding the question (and
+    is of the word budget's retrieval: the memory within each of ``token_budgets`` is packed
+    after it)."""
     t0 = time.perf_counter()
     if mode in ("semantic", "gaama"):
         res = await retriever.search(
@@ -269,7 +291,20 @@ async def ask(
             k=RANK_K,
             params=params or None,
         )
-        return _answer(res.ranked, res.memory, (time.perf_counter() - t0) * 1000)
+        latency = (time.perf_counter() - t0) * 1000
+        by_tokens = {}
+        for b in token_budgets:
+            packed = await retriever.search(
+                ci.tenant,
+                question,
+                mode=mode,  # type: ignore[arg-type]
+                budget=b,
+                budget_unit="tokens",
+                k=RANK_K,
+                params=params or None,
+            )
+            by_tokens[b] = packed.memory
+        return _answer(res.ranked, res.memory, latency, retriever, by_tokens)
     qvec = (await stores.embedder.embed([question]))[0]
     if mode == "flat":
         # Enough turns to fill the budget at a few words a turn.
@@ -282,7 +317,9 @@ async def ask(
         raise ValidationError(f"unknown mode {mode!r}; choose from {', '.join(MODES)}")
     items = ci.episode_items(ranked)
     memory = _episodes_to_budget(items, budget)
-    return _answer(items[:RANK_K], memory, (time.perf_counter() - t0) * 1000)
+    latency = (time.perf_counter() - t0) * 1000
+    by_tokens = {b: _episodes_to_budget(items, b, retriever.token_sizes) for b in token_budgets}
+    return _answer(items[:RANK_K], memory, latency, retriever, by_tokens)
 
 
 # --- the run ---------------------------------------------------------------------------------
@@ -405,9 +442,25 @@ async def run(
         }
         for label, mode, params in asks:
             a = await ask(
-                mode, q.question, indexes[conv.sample_id], stores, retriever, opts.budget, params
+                mode,
+                q.question,
+                indexes[conv.sample_id],
+                stores,
+                retriever,
+                opts.budget,
+                params,
+                opts.token_budgets,
             )
-            score = score_question(q.category, a.ranked, a.memory, evidence, a.words, a.latency_ms)
+            score = score_question(
+                q.category,
+                a.ranked,
+                a.memory,
+                evidence,
+                a.words,
+                a.latency_ms,
+                a.by_tokens,
+                a.tokens,
+            )
             tallies[label].add(score)
             pending.append((label, q, a, score))
             row[label] = evidence_ranks(a, evidence)
@@ -474,6 +527,7 @@ def report(opts: Options, result: RunResult) -> dict[str, Any]:
     return {
         "modes": {m: t.report(CATEGORIES) for m, t in result.tallies.items()},
         "budget": opts.budget,
+        "token_budgets": list(opts.token_budgets),
         "conversations": result.conversations,
         "questions": result.questions,
         "skipped_no_evidence": result.skipped,
@@ -648,6 +702,19 @@ def _variant(text: str) -> tuple[str, dict[str, Any]]:
     return name.strip(), overrides
 
 
+_TOKEN_BUDGETS_ARG = ",".join(map(str, TOKEN_BUDGETS))
+
+
+def _token_budgets(text: str) -> tuple[int, ...]:
+    try:
+        budgets = tuple(int(b) for b in text.split(",") if b.strip())
+    except ValueError:
+        raise ConfigError(f"--token-budgets: integers, comma-separated; got {text!r}") from None
+    if any(not 10 <= b <= 20000 for b in budgets):
+        raise ConfigError(f"--token-budgets: each within 10..20000; got {text!r}")
+    return budgets
+
+
 def command_line(args: argparse.Namespace) -> str:
     """The command that reproduces this run (rebuilt from the parsed arguments)."""
     argv = ["python", "-m", "benchmarks", "locomo", "--data", args.data]
@@ -657,6 +724,8 @@ def command_line(args: argparse.Namespace) -> str:
         argv += ["--modes", args.modes]
     if args.budget != 1000:
         argv += ["--budget", str(args.budget)]
+    if args.token_budgets != _TOKEN_BUDGETS_ARG:
+        argv += ["--token-budgets", args.token_budgets]
     if args.via_kafka:
         argv.append("--via-kafka")
     for key, value in args.param or []:
@@ -673,6 +742,11 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def _cli(args: argparse.Namespace) -> int:
+    try:
+        token_budgets = _token_budgets(args.token_budgets)
+    except ConfigError as exc:
+        print(f"python -m benchmarks locomo: {exc}", file=sys.stderr)
+        return 2
     opts = Options(
         data=Path(args.data),
         conversations=[c.strip() for c in args.conversations.split(",") if c.strip()]
@@ -680,6 +754,7 @@ def _cli(args: argparse.Namespace) -> int:
         else None,
         modes=tuple(m.strip() for m in args.modes.split(",") if m.strip()),
         budget=args.budget,
+        token_budgets=token_budgets,
         via_kafka=args.via_kafka,
         start_services=args.start_services,
         json_path=Path(args.json) if args.json else None,
@@ -710,6 +785,11 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--conversations", default=None, help="sample ids, comma-separated (all)")
     p.add_argument("--modes", default=",".join(MODES), help=f"comma-separated of {MODES}")
     p.add_argument("--budget", type=int, default=1000, help="word budget of packed memory")
+    p.add_argument(
+        "--token-budgets",
+        default=_TOKEN_BUDGETS_ARG,
+        help="token budgets the memory is also packed within, comma-separated ('': none)",
+    )
     p.add_argument(
         "--via-kafka",
         action="store_true",

@@ -28,8 +28,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
         "R@10",
         "R@20",
         f"R@{doc['budget']}w",
+        *(f"R@{b}t" for b in doc.get("token_budgets", [])),
         "n",
         "words",
+        "tokens",
         "ms mean / p50",
     ] + (["reward", "J"] if judged else [])
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -48,8 +50,10 @@ def markdown_table(doc: dict[str, Any]) -> str:
                 name,
                 *(_fmt(r[f"R@{k}"]) for k in KS),
                 _fmt(r["R@budget"]),
+                *(_fmt(r.get(f"R@{b}t")) for b in doc.get("token_budgets", [])),
                 _fmt(r["n"]),
                 _fmt(r["words"], 0),
+                _fmt(r.get("tokens"), 0),
                 f"{_fmt(r['latency_ms'], 1)} / {_fmt(r['latency_p50_ms'], 1)}",
             ]
             if judged:
@@ -74,8 +78,11 @@ def docs_section(doc: dict[str, Any]) -> str:
             "",
             "R@k: share of a question's evidence turns covered by the first k ranked items "
             "(an episode covers its turn, a fact its source turns, a reflection none), averaged; "
-            f"R@{doc['budget']}w: the same over the packed memory. Latency is per query, "
-            "question embedding included.",
+            f"R@{doc['budget']}w: the same over the packed memory; "
+            + "".join(f"R@{b}t, " for b in doc.get("token_budgets", []))
+            + "the same over the memory packed within that many tokens of the embedder's "
+            "tokenizer; tokens: the mean tokens of the word budget's memory. Latency is per "
+            "query (of the word budget's retrieval), question embedding included.",
             "",
             markdown_table(doc),
             "",

@@ -3,18 +3,23 @@
 Coverage rule (the same for every mode, so they compare fairly): an episode covers its own turn
 id; a fact covers the turn ids of the episodes it was derived from; a reflection covers none
 (it is an inference over facts, not a pointer to what was said); concepts are never returned.
-Recall of a question = |covered ∩ evidence| / |evidence|, averaged over questions.
+Recall of a question = |covered ∩ evidence| / |evidence|, averaged over questions. Over the
+packed memory it is reported at the word budget (``R@budget``) and at each token budget of
+:data:`TOKEN_BUDGETS` (``R@500t``: the memory packed within 500 tokens of the embedder's
+tokenizer), with the mean tokens of the word budget's memory (``tokens``).
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 #: The cut-offs of the ranked list that are reported.
 KS = (5, 10, 20)
+#: The token budgets the memory is also packed within.
+TOKEN_BUDGETS = (500, 1000)
 
 
 def split_evidence(raw: Iterable[str]) -> list[str]:
@@ -78,6 +83,8 @@ class QuestionScore:
     latency_ms: float
     reward: float | None = None
     correct: bool | None = None
+    recall_tokens: dict[int, float] = field(default_factory=dict)  # by token budget
+    tokens: int | None = None  # tokens of the word budget's memory
 
 
 @dataclass(slots=True)
@@ -93,7 +100,8 @@ class Tally:
         """Means over the questions of ``category`` (all when None).
 
         Returns:
-            ``R@k`` for each k in :data:`KS`, ``R@budget``, ``n``, mean ``words``, mean and p50
+            ``R@k`` for each k in :data:`KS`, ``R@budget``, ``R@<b>t`` for each token budget b
+            of :data:`TOKEN_BUDGETS`, ``n``, mean ``words`` and ``tokens``, mean and p50
             ``latency_ms``, and ``reward`` / ``J`` when answers were judged (else None).
         """
         rows = [s for s in self.scores if category is None or s.category == category]
@@ -101,8 +109,11 @@ class Tally:
         for k in KS:
             out[f"R@{k}"] = _mean([s.recall_at[k] for s in rows])
         out["R@budget"] = _mean([s.recall_budget for s in rows])
+        for b in TOKEN_BUDGETS:
+            out[f"R@{b}t"] = _mean([s.recall_tokens[b] for s in rows if b in s.recall_tokens])
         out["n"] = len(rows)
         out["words"] = _mean([float(s.words) for s in rows])
+        out["tokens"] = _mean([float(s.tokens) for s in rows if s.tokens is not None])
         lat = [s.latency_ms for s in rows]
         out["latency_ms"] = _mean(lat)
         out["latency_p50_ms"] = percentile(lat, 0.5) if lat else None
@@ -132,12 +143,17 @@ def score_question(
     evidence: Sequence[str],
     words: int,
     latency_ms: float,
+    by_tokens: Mapping[int, Sequence[Collection[str]]] | None = None,
+    tokens: int | None = None,
 ) -> QuestionScore:
-    """Recall at every k of :data:`KS` and over the packed memory, for one question."""
+    """Recall at every k of :data:`KS`, over the packed memory and over the memory packed within
+    each token budget of ``by_tokens``, for one question."""
     return QuestionScore(
         category=category,
         recall_at={k: recall_at(ranked, evidence, k) for k in KS},
         recall_budget=recall(covered(memory), evidence),
         words=words,
         latency_ms=latency_ms,
+        recall_tokens={b: recall(covered(m), evidence) for b, m in (by_tokens or {}).items()},
+        tokens=tokens,
     )

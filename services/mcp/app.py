@@ -46,7 +46,15 @@ from services.runtime.loop_monitor import LoopMonitor
 
 log = logging.getLogger("gaama.mcp")
 
-TOOLS = ("remember", "search_memory", "answer", "get_memory", "list_memories", "forget")
+TOOLS = (
+    "remember",
+    "search_memory",
+    "get_context",
+    "answer",
+    "get_memory",
+    "list_memories",
+    "forget",
+)
 MCP_PATH = "/mcp"
 READY_TIMEOUT_S = 2.0
 
@@ -254,6 +262,12 @@ MODE = (
     "similarity only; ppr: the graph walk only."
 )
 BUDGET = "Words of memory to return (default 1000; the service may cap it lower)."
+SEARCH_BUDGET = (
+    "Words (with budget_unit tokens: tokens) of memory to return (default 1000; the service "
+    "may cap it lower)."
+)
+MaxTokens = Annotated[StrictInt, Field(ge=BUDGET_MIN, le=BUDGET_MAX)]
+AsOf = Annotated[float, Field(strict=False, ge=0)]
 READ_ONLY = ToolAnnotations(read_only_hint=True, destructive_hint=False, open_world_hint=False)
 
 
@@ -319,21 +333,65 @@ def build_server(gw: Gateway) -> MCPServer:
             Field(description="What to recall, as a question or topic: 'What pets does Ann have?'"),
         ],
         k: Annotated[K, Field(description="How many ranked items to return.")] = 10,
-        budget: Annotated[Budget | None, Field(description=BUDGET)] = None,
+        budget: Annotated[Budget | None, Field(description=SEARCH_BUDGET)] = None,
         mode: Annotated[h.Mode, Field(description=MODE)] = "gaama",
         scope: Annotated[h.ScopeArg | None, Field(description=SCOPE)] = None,
+        budget_unit: Annotated[
+            h.BudgetUnit | None,
+            Field(description="What the budget counts: words (default) or tokens."),
+        ] = None,
     ) -> Annotated[CallToolResult, h.SearchResult]:
         """Search long-term memory for what is relevant to a query.
 
         Call it before answering anything that may depend on earlier conversations. Returns
-        `memory`, the relevant facts, reflections and verbatim turns packed within a word
-        budget and ready to read, and `ranked`, the top-k items; each item has its kind, time,
-        score and provenance (the turns it was derived from; read one with get_memory).
+        `memory`, the relevant facts, reflections and verbatim turns packed within a budget
+        (words, or tokens) and ready to read, and `ranked`, the top-k items; each item has its
+        kind, time, score and provenance (the turns it was derived from; read one with
+        get_memory). For a block to put into a prompt as it is, call get_context.
         """
         return await _run(
             gw,
             ctx,
-            lambda c: h.search_memory(c, query=query, k=k, budget=budget, mode=mode, scope=scope),
+            lambda c: h.search_memory(
+                c,
+                query=query,
+                k=k,
+                budget=budget,
+                mode=mode,
+                scope=scope,
+                budget_unit=budget_unit,
+            ),
+        )
+
+    async def get_context(
+        ctx: Context,
+        query: Annotated[
+            Query,
+            Field(description="What the context is for: the user's message or question."),
+        ],
+        max_tokens: Annotated[
+            MaxTokens,
+            Field(description="Token budget of the block (default 1000; the service may cap it)."),
+        ] = 1000,
+        scope: Annotated[h.ScopeArg | None, Field(description=SCOPE)] = None,
+        as_of: Annotated[
+            AsOf | None,
+            Field(description="Epoch seconds: the memory as it stood then (default: now)."),
+        ] = None,
+    ) -> Annotated[CallToolResult, h.ContextResult]:
+        """Get a prompt-ready block of long-term memory for a message, within a token budget.
+
+        The block lists the facts that hold now with their dates first, then facts that no
+        longer hold, reflections, and the relevant turns in time order with speaker and date;
+        each line has a citation id ([F1], [R1], [E1]) that `citations` maps to a memory id.
+        Put it into your prompt as it is.
+        """
+        return await _run(
+            gw,
+            ctx,
+            lambda c: h.get_context(
+                c, query=query, max_tokens=max_tokens, scope=scope, as_of=as_of
+            ),
         )
 
     async def answer(
@@ -435,7 +493,7 @@ def build_server(gw: Gateway) -> MCPServer:
         ),
     }
     tools: dict[str, Tool] = {}
-    for fn in (remember, search_memory, answer, get_memory, list_memories, forget):
+    for fn in (remember, search_memory, get_context, answer, get_memory, list_memories, forget):
         tool = Tool.from_function(fn, annotations=annotations.get(fn.__name__, READ_ONLY))
         # Unknown arguments are refused (ToolCalls); say so in the schema a model reads.
         tool.parameters["additionalProperties"] = False

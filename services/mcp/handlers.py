@@ -2,9 +2,9 @@
 tool call into REST calls (no MCP transport here).
 
 The gateway consumes and produces no topics: it calls the query service (``/v1/search``,
-``/v1/answer``, ``/v1/nodes/{id}``, ``/v1/memories``, forgetting) and the ingest service
-(``POST /v1/turns``) with the *caller's* API key, so tenancy, validation, request limits and
-forgetting are enforced where they always are. Every failure becomes a :class:`ToolFailure`: a
+``/v1/context``, ``/v1/answer``, ``/v1/nodes/{id}``, ``/v1/memories``, forgetting) and the ingest
+service (``POST /v1/turns``) with the *caller's* API key, so tenancy, validation, request limits
+and forgetting are enforced where they always are. Every failure becomes a :class:`ToolFailure`: a
 tool error with a reason (for metrics) and a bounded message naming the problem.
 """
 
@@ -112,6 +112,7 @@ class TurnArg(BaseModel):
 #: A subject as the API takes it (``user/42``; ``/`` allowed), never empty.
 Subject = Annotated[ids.SubjectId, Field(min_length=1)]
 Mode = Literal["gaama", "semantic", "ppr"]
+BudgetUnit = Literal["words", "tokens"]
 
 
 class ScopeArg(BaseModel):
@@ -155,10 +156,28 @@ class RememberResult(BaseModel):
 
 
 class SearchResult(BaseModel):
-    memory: list[MemoryItem] = Field(description="Packed memory within the word budget")
+    memory: list[MemoryItem] = Field(description="Packed memory within the budget")
     ranked: list[MemoryItem] = Field(description="The top-k items by score")
     words: int
+    tokens: int | None = Field(None, description="The memory's tokens (a token budget)")
     mode: str
+
+
+class CitedItem(MemoryItem):
+    citation: str = Field(description="Its id in the context block, e.g. F1, R1, E1")
+
+
+class Cited(BaseModel):
+    id: str
+    kind: str
+
+
+class ContextResult(BaseModel):
+    context: str = Field(description="The prompt-ready block: facts, reflections, turns")
+    items: list[CitedItem] = Field(description="The block's items in block order")
+    citations: dict[str, Cited] = Field(description="Each citation id's memory id and kind")
+    tokens: int = Field(description="The block's tokens (within max_tokens)")
+    query: str
 
 
 class AnswerResult(BaseModel):
@@ -333,6 +352,7 @@ async def search_memory(
     budget: int | None,
     mode: Mode,
     scope: ScopeArg | None,
+    budget_unit: BudgetUnit | None = None,
 ) -> CallToolResult:
     data = await call(
         QUERY,
@@ -340,6 +360,7 @@ async def search_memory(
             query,
             k=k,
             budget=budget,
+            budget_unit=budget_unit,
             mode=mode,
             conversation=scope.conversation if scope else None,
             subject=scope.subject if scope else None,
@@ -356,9 +377,34 @@ async def search_memory(
     )
     if not out.memory:
         return _result(out, f"Nothing in memory matches {ids.preview(query, 100)}.")
-    lines = [f"Memory for {ids.preview(query, 100)} ({len(out.memory)} items, {out.words} words):"]
+    size = f"{out.tokens} tokens" if out.tokens is not None else f"{out.words} words"
+    lines = [f"Memory for {ids.preview(query, 100)} ({len(out.memory)} items, {size}):"]
     lines += [_line(i, item) for i, item in enumerate(out.memory, 1)]
     return _result(out, "\n".join(lines))
+
+
+async def get_context(
+    client: AsyncGaamaClient,
+    *,
+    query: str,
+    max_tokens: int,
+    scope: ScopeArg | None,
+    as_of: float | None,
+) -> CallToolResult:
+    data = await call(
+        QUERY,
+        client.get_context(
+            query,
+            max_tokens=max_tokens,
+            conversation=scope.conversation if scope else None,
+            subject=scope.subject if scope else None,
+            as_of=as_of,
+        ),
+    )
+    out = _shape(ContextResult, {**data, "items": [_item(i) for i in data.get("items", [])]}, QUERY)
+    if not out.items:
+        return _result(out, f"Nothing in memory matches {ids.preview(query, 100)}.")
+    return _result(out, out.context)
 
 
 async def answer(

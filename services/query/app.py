@@ -1,8 +1,9 @@
 """HTTP routes of the query service (FastAPI); it consumes and produces no topics.
 
-Endpoints: ``POST /v1/search``, ``POST /v1/answer``, ``GET /v1/nodes/{id}`` (API key required),
-``GET /metrics``, ``/healthz``, ``/readyz``; OpenAPI at ``/openapi.json``. Errors answer
-``{"error": "<message>"}`` (request validation adds ``"detail"``, the field-by-field list).
+Endpoints: ``POST /v1/search``, ``POST /v1/context``, ``POST /v1/answer``,
+``GET /v1/nodes/{id}`` (API key required), ``GET /metrics``, ``/healthz``, ``/readyz``;
+OpenAPI at ``/openapi.json``. Errors answer ``{"error": "<message>"}`` (request validation
+adds ``"detail"``, the field-by-field list).
 """
 
 from __future__ import annotations
@@ -23,11 +24,14 @@ from services.query.auth import Tenant
 from services.query.handlers import (
     AnswerRequest,
     AnswerResponse,
+    ContextRequest,
+    ContextResponse,
     NodeResponse,
     QueryDeps,
     SearchRequest,
     SearchResponse,
     handle_answer,
+    handle_context,
     handle_node,
     handle_search,
     readiness,
@@ -42,6 +46,7 @@ log = logging.getLogger("gaama.query")
 Lifespan = Callable[[FastAPI], AbstractAsyncContextManager[None]]
 ENDPOINTS = (
     "/v1/search",
+    "/v1/context",
     "/v1/answer",
     "/v1/nodes/{node_id}",
     "/v1/conversations/{conversation_id}",
@@ -93,6 +98,12 @@ def create_app(
     async def search(body: SearchRequest, tenant: Tenant) -> Response:
         """Packed memory and the top-k ranking for a query, from the caller's tenant."""
         return _json(await handle_search(body, tenant, deps))
+
+    @app.post("/v1/context", response_model=ContextResponse)
+    async def context(body: ContextRequest, tenant: Tenant) -> Response:
+        """A prompt-ready block of the caller's memory for a query or a chat, within a token
+        budget: current facts with dates, reflections, then turns in time order, each cited."""
+        return _json(await handle_context(body, tenant, deps))
 
     @app.post("/v1/answer", response_model=AnswerResponse)
     async def answer(body: AnswerRequest, tenant: Tenant) -> Response:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
 
 from gaama import ids
@@ -22,8 +22,9 @@ from gaama.errors import NotFound, PermanentError, ValidationError
 from gaama.ids import kind_of
 from gaama.metrics import QueryMetrics
 from gaama.model import Node, NodeKind
-from gaama.retrieval.limits import check_request
-from gaama.retrieval.pack import Item
+from gaama.retrieval.context import Message, build_context, header_tokens, line_sizes, query_of
+from gaama.retrieval.limits import bounds, check_request
+from gaama.retrieval.pack import Item, Size
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX, Retriever, SearchResult
 from gaama.store.forget import ForgetStore, Hidden, hidden_nodes
 from gaama.store.graph import GraphStore
@@ -36,6 +37,8 @@ log = logging.getLogger("gaama.query")
 
 #: A node listing stops here; hubs can have thousands of neighbours.
 MAX_NEIGHBOURS = 1000
+#: Messages one context request may carry (only the last user ones make the query).
+MESSAGES_MAX = 200
 
 
 class Unavailable(PermanentError):
@@ -71,7 +74,14 @@ class _Retrieval(BaseModel):
 
     scope: Scope | None = None
     mode: Literal["gaama", "semantic", "ppr"] = "gaama"
-    budget: int | None = Field(None, ge=BUDGET_MIN, le=BUDGET_MAX, description="Word budget")
+    budget: int | None = Field(
+        None, ge=BUDGET_MIN, le=BUDGET_MAX, description="Budget of the packed memory"
+    )
+    budget_unit: Literal["words", "tokens"] | None = Field(
+        None,
+        description="What the budget counts: whitespace words or the embedder's tokens "
+        "(default: the service's GAAMA_RETRIEVAL__BUDGET_UNIT, words unless set)",
+    )
     params: dict[str, float] | None = Field(
         None,
         max_length=32,
@@ -86,6 +96,37 @@ class SearchRequest(_Retrieval):
         None, ge=0, description="Epoch seconds: the memory as it stood then (default: now)"
     )
     k: int = Field(20, ge=1, le=K_MAX, description="Length of the ranked list")
+
+
+class MessageIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    role: Literal["user", "assistant", "system", "tool"]
+    content: ids.Text
+
+
+class ContextRequest(BaseModel):
+    """A query, or the chat whose last user message(s) make the query."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: ids.Text | None = Field(None, min_length=1)
+    messages: list[MessageIn] | None = Field(None, min_length=1, max_length=MESSAGES_MAX)
+    scope: Scope | None = None
+    as_of: float | None = Field(
+        None, ge=0, description="Epoch seconds: the memory as it stood then (default: now)"
+    )
+    max_tokens: int = Field(
+        1000, ge=BUDGET_MIN, le=BUDGET_MAX, description="Token budget of the whole block"
+    )
+    mode: Literal["gaama", "semantic", "ppr"] = "gaama"
+    params: dict[str, float] | None = Field(None, max_length=32)
+
+    @model_validator(mode="after")
+    def _one_query(self) -> ContextRequest:
+        if (self.query is None) == (self.messages is None):
+            raise ValueError("give either query or messages (the query is built from them)")
+        return self
 
 
 class AnswerRequest(_Retrieval):
@@ -131,14 +172,36 @@ class SearchResponse(BaseModel):
     memory: list[ItemOut]
     ranked: list[ItemOut]
     words: int
+    tokens: int | None = Field(description="The memory's tokens, when the budget is in tokens")
+    budget_unit: Literal["words", "tokens"]
     mode: str
     stats: Stats
+
+
+class ContextItemOut(ItemOut):
+    citation: str
+    speaker: str = ""
+
+
+class CitationOut(BaseModel):
+    id: str
+    kind: str
+
+
+class ContextResponse(BaseModel):
+    context: str
+    items: list[ContextItemOut]
+    citations: dict[str, CitationOut]
+    tokens: int
+    query: str
 
 
 class AnswerResponse(BaseModel):
     answer: str
     memory: list[ItemOut]
     words: int
+    tokens: int | None
+    budget_unit: Literal["words", "tokens"]
     mode: str
     stats: Stats
 
@@ -229,16 +292,28 @@ def _stats(r: SearchResult) -> dict[str, object]:
 
 
 async def _retrieve(
-    req: _Retrieval, query: str, k: int, tenant: str, deps: QueryDeps
+    req: _Retrieval | ContextRequest,
+    query: str,
+    k: int,
+    tenant: str,
+    deps: QueryDeps,
+    *,
+    budget: int | None = None,
+    budget_unit: Literal["words", "tokens"] | None = None,
+    size: Size | None = None,
 ) -> SearchResult:
     s = deps.settings
+    if isinstance(req, _Retrieval):
+        budget, budget_unit = req.budget, req.budget_unit
     limit = s.query_max_chars
     if len(query) > limit:
         raise ValidationError(
             f"the query has {len(query)} characters; at most {limit} allowed "
             f"(GAAMA_QUERY_MAX_CHARS)"
         )
-    check_request(s.limits, s.retrieval, k=k, budget=req.budget, params=req.params)
+    check_request(
+        s.limits, s.retrieval, k=k, budget=budget, params=req.params, budget_unit=budget_unit
+    )
     scope = req.scope
     # What a pending forget hides is read beside the search, not after it: one round trip
     # fewer in a row. A forget accepted before this request began is seen either way.
@@ -248,12 +323,14 @@ async def _retrieve(
             tenant,
             query,
             mode=req.mode,
-            budget=req.budget,
+            budget=budget,
             k=k,
             subject=scope.subject if scope else None,
             conversation=scope.conversation if scope else None,
             params=req.params,
             as_of=getattr(req, "as_of", None),
+            budget_unit=budget_unit,
+            size=size,
         )
     except BaseException:
         hiding.cancel()
@@ -271,6 +348,8 @@ def _packed(r: SearchResult) -> dict[str, object]:
     return {
         "memory": [_item(i) for i in r.memory],
         "words": r.words,
+        "tokens": r.tokens,
+        "budget_unit": r.params.budget_unit,
         "mode": r.mode,
         "stats": _stats(r),
     }
@@ -290,7 +369,60 @@ def search_json(r: SearchResult) -> bytes:
     laid_out = {id(i): out for i, out in zip(r.memory, memory, strict=True)}
     ranked = [laid_out.get(id(i)) or _item(i) for i in r.ranked]
     return to_json(
-        {"memory": memory, "ranked": ranked, "words": r.words, "mode": r.mode, "stats": _stats(r)}
+        {
+            "memory": memory,
+            "ranked": ranked,
+            "words": r.words,
+            "tokens": r.tokens,
+            "budget_unit": r.params.budget_unit,
+            "mode": r.mode,
+            "stats": _stats(r),
+        }
+    )
+
+
+async def handle_context(req: ContextRequest, tenant: str, deps: QueryDeps) -> bytes:
+    """A prompt-ready block of ``tenant``'s memory for a query or a chat, within
+    ``req.max_tokens`` tokens: a :class:`ContextResponse` as JSON."""
+    s = deps.settings
+    cap = bounds(s.limits, s.retrieval)["budget_tokens"]
+    if req.max_tokens > cap:
+        raise ValidationError(
+            f"max_tokens = {req.max_tokens} is above this service's limit of {cap} "
+            f"(GAAMA_LIMITS__BUDGET_TOKENS)"
+        )
+    limit = s.query_max_chars
+    if req.messages is not None:
+        query = query_of([Message(m.role, m.content) for m in req.messages], limit)
+    else:
+        query = req.query or ""
+    counter = deps.retriever.tokens
+    # Packing spends what the section headers leave; build_context holds the whole block to
+    # the budget.
+    budget = max(BUDGET_MIN, req.max_tokens - header_tokens(counter))
+    r = await _retrieve(
+        req,
+        query,
+        1,
+        tenant,
+        deps,
+        budget=budget,
+        budget_unit="tokens",
+        size=line_sizes(counter, req.as_of),
+    )
+    ctx = build_context(r.memory, req.max_tokens, counter, req.as_of)
+    items = [{**_item(i), "citation": cid, "speaker": i.speaker} for cid, i in ctx.items]
+    citations = {
+        cid: {"id": c.id, "kind": _KIND_LABELS[c.kind]} for cid, c in ctx.citations.items()
+    }
+    return to_json(
+        {
+            "context": ctx.text,
+            "items": items,
+            "citations": citations,
+            "tokens": ctx.tokens,
+            "query": query,
+        }
     )
 
 

@@ -1,5 +1,6 @@
 """``gaama forget …``, ``gaama memories``, ``gaama export …``, ``gaama audit``: data subject
-requests against a running query service, as the tenant of ``GAAMA_API_KEY``.
+requests against a running query service, as the tenant of ``GAAMA_API_KEY``; ``gaama context
+…``: the prompt-ready context block for a query.
 
 The service is ``--url`` (default ``GAAMA_QUERY_URL``, else the dev stack's query service).
 """
@@ -79,6 +80,23 @@ def _audit(args: argparse.Namespace) -> int:
     return 0
 
 
+def _context(args: argparse.Namespace) -> int:
+    with _client(args) as c:
+        out = c.get_context(
+            args.query,
+            max_tokens=args.max_tokens,
+            subject=args.subject,
+            conversation=args.conversation,
+            as_of=args.as_of,
+        )
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(out["context"])
+        print(f"# {out['tokens']} tokens, {len(out['items'])} items", file=sys.stderr)
+    return 0
+
+
 def register(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--url", default=None, help="the query service (GAAMA_QUERY_URL)")
@@ -106,3 +124,13 @@ def register(sub: Any) -> None:
     a.add_argument("--limit", type=int, default=100)
     common(a)
     a.set_defaults(func=_audit)
+
+    c = sub.add_parser("context", help="the prompt-ready memory block for a query")
+    c.add_argument("query")
+    c.add_argument("--max-tokens", type=int, default=1000, help="token budget of the block")
+    c.add_argument("--conversation")
+    c.add_argument("--subject")
+    c.add_argument("--as-of", type=float, default=None, help="epoch seconds: memory as then")
+    c.add_argument("--json", action="store_true", help="the whole response as JSON")
+    common(c)
+    c.set_defaults(func=_context)

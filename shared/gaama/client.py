@@ -1,10 +1,11 @@
 """HTTP clients of the GAAMA services: :class:`GaamaClient` (sync) and :class:`AsyncGaamaClient`.
 
-Both speak to the query service (``/v1/search``, ``/v1/answer``, ``/v1/nodes/{id}``,
-``/v1/memories``, ``/v1/export``, ``/v1/audit``, forgetting: ``DELETE /v1/conversations/{id}``,
-``DELETE /v1/subjects/{id}``, ``DELETE /v1/tenant``, ``GET /v1/forget/{request_id}``) and to the
-ingest service (``POST /v1/turns``), authenticating with ``Authorization: Bearer <key>``. A 4xx or
-5xx answer raises :class:`GaamaAPIError` carrying the status and the server's message.
+Both speak to the query service (``/v1/search``, ``/v1/context``, ``/v1/answer``,
+``/v1/nodes/{id}``, ``/v1/memories``, ``/v1/export``, ``/v1/audit``, forgetting: ``DELETE
+/v1/conversations/{id}``, ``DELETE /v1/subjects/{id}``, ``DELETE /v1/tenant``, ``GET
+/v1/forget/{request_id}``) and to the ingest service (``POST /v1/turns``), authenticating with
+``Authorization: Bearer <key>``. A 4xx or 5xx answer raises :class:`GaamaAPIError` carrying the
+status and the server's message.
 
 Example::
 
@@ -38,7 +39,9 @@ class RetrievalOptions(TypedDict, total=False):
 
     Keys:
         mode: ``gaama`` (default), ``semantic`` or ``ppr``.
-        budget: Word budget of the packed memory.
+        budget: Budget of the packed memory (in ``budget_unit``).
+        budget_unit: ``words`` (the server's default unless its operator set another) or
+            ``tokens`` (the embedder's tokenizer).
         subject: Only memory about this subject.
         conversation: Only memory from this conversation.
         params: Per-request retrieval parameters (``alpha``, ...).
@@ -46,8 +49,32 @@ class RetrievalOptions(TypedDict, total=False):
 
     mode: Mode
     budget: int | None
+    budget_unit: Literal["words", "tokens"] | None
     subject: str | None
     conversation: str | None
+    params: Mapping[str, float] | None
+
+
+class ContextOptions(TypedDict, total=False):
+    """Keyword options of ``get_context``; the server's defaults fill what is left out.
+
+    Keys:
+        messages: The chat, ``[{"role": "user", "content": ...}, ...]``: its last user
+            message(s) make the query.
+        max_tokens: Token budget of the whole block (default 1000).
+        subject: Only memory about this subject.
+        conversation: Only memory from this conversation.
+        as_of: Epoch seconds: the memory as it stood then.
+        mode: ``gaama`` (default), ``semantic`` or ``ppr``.
+        params: Per-request retrieval parameters (``alpha``, ...).
+    """
+
+    messages: Sequence[Mapping[str, str]] | None
+    max_tokens: int | None
+    subject: str | None
+    conversation: str | None
+    as_of: float | None
+    mode: Mode
     params: Mapping[str, float] | None
 
 
@@ -115,6 +142,8 @@ def _retrieval_body(options: RetrievalOptions) -> JSON:
     body: JSON = {"mode": options.get("mode", "gaama")}
     if (budget := options.get("budget")) is not None:
         body["budget"] = budget
+    if unit := options.get("budget_unit"):
+        body["budget_unit"] = unit
     scope = {k: v for k in ("subject", "conversation") if (v := options.get(k))}
     if scope:
         body["scope"] = scope
@@ -170,6 +199,23 @@ class _Request:
 def _search(query: str, options: SearchOptions) -> _Request:
     body = {"query": query, "k": options.get("k", 20), **_retrieval_body(options)}
     return _Request("POST", "/v1/search", json=body)
+
+
+def _context(query: str | None, options: ContextOptions) -> _Request:
+    body: JSON = {"mode": options.get("mode", "gaama")}
+    if query is not None:
+        body["query"] = query
+    if (messages := options.get("messages")) is not None:
+        body["messages"] = [dict(m) for m in messages]
+    for name in ("max_tokens", "as_of"):
+        if (value := options.get(name)) is not None:
+            body[name] = value
+    scope = {k: v for k in ("subject", "conversation") if (v := options.get(k))}
+    if scope:
+        body["scope"] = scope
+    if params := options.get("params"):
+        body["params"] = dict(params)
+    return _Request("POST", "/v1/context", json=body)
 
 
 def _answer(question: str, options: RetrievalOptions) -> _Request:
@@ -267,6 +313,11 @@ class GaamaClient(_ClientBase[httpx.BaseTransport]):
         """``POST /v1/search``: ``{memory, ranked, words, mode, stats}``."""
         return _json(self._send(_search(query, options)))
 
+    def get_context(self, query: str | None = None, **options: Unpack[ContextOptions]) -> JSON:
+        """``POST /v1/context``: ``{context, items, citations, tokens, query}``, a prompt-ready
+        block of memory for ``query`` (or the last user ``messages``) within ``max_tokens``."""
+        return _json(self._send(_context(query, options)))
+
     def answer(self, question: str, **options: Unpack[RetrievalOptions]) -> JSON:
         """``POST /v1/answer``: ``{answer, memory, words, mode, stats}``."""
         return _json(self._send(_answer(question, options)))
@@ -340,6 +391,12 @@ class AsyncGaamaClient(_ClientBase[httpx.AsyncBaseTransport]):
     async def search(self, query: str, **options: Unpack[SearchOptions]) -> JSON:
         """See :meth:`GaamaClient.search`."""
         return _json(await self._send(_search(query, options)))
+
+    async def get_context(
+        self, query: str | None = None, **options: Unpack[ContextOptions]
+    ) -> JSON:
+        """See :meth:`GaamaClient.get_context`."""
+        return _json(await self._send(_context(query, options)))
 
     async def answer(self, question: str, **options: Unpack[RetrievalOptions]) -> JSON:
         """See :meth:`GaamaClient.answer`."""

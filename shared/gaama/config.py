@@ -101,6 +101,7 @@ class RequestLimits(BaseModel):
 
     k: int = Field(20, ge=1, le=200)
     budget_words: int | None = Field(None, ge=10, le=20000)
+    budget_tokens: int | None = Field(None, ge=10, le=20000)
     hops: int | None = Field(None, ge=0, le=4)
     seeds: int | None = Field(None, ge=1, le=500)
     pool_min: int | None = Field(None, ge=1, le=2000)
@@ -133,7 +134,11 @@ class RetrievalSettings(BaseModel):
     hub_dampening: float = Field(0.5, ge=0.0, le=1.0)
     w_ppr: float = Field(0.1, ge=0.0, le=10.0)
     w_sim: float = Field(1.0, ge=0.0, le=10.0)
+    # The packed memory's budget: ``budget_words`` whitespace words, or with ``budget_unit``
+    # "tokens" ``budget_tokens`` tokens of the embedder's tokenizer (gaama.retrieval.tokencount).
+    budget_unit: Literal["words", "tokens"] = "words"
     budget_words: int = Field(1000, ge=10, le=20000)
+    budget_tokens: int = Field(1000, ge=10, le=20000)
     cap_facts: int = Field(60, ge=0, le=1000)
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)

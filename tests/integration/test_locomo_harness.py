@@ -228,15 +228,21 @@ def test_cli_end_to_end(
         assert set(rows) == {"overall", "cat1", "cat2", "cat3", "cat4"}, mode
         assert rows["overall"]["n"] == 4 and rows["cat4"]["n"] == 1
         for r in rows.values():
-            for key in ("R@5", "R@10", "R@20", "R@budget"):
+            for key in ("R@5", "R@10", "R@20", "R@budget", "R@500t", "R@1000t"):
                 assert 0.0 <= r[key] <= 1.0
             assert r["R@5"] <= r["R@10"] <= r["R@20"]
             assert r["words"] <= 60 and r["latency_ms"] > 0
+            # WordPiece gives more tokens than words, never fewer, on this English text.
+            assert r["words"] <= r["tokens"] <= 3 * r["words"]
         assert rows["overall"]["reward"] is None  # no LLM configured
     # 12 turns of at most ~15 words each: 20 ranked episodes hold every turn.
     assert doc["modes"]["flat"]["overall"]["R@20"] == 1.0
+    # ... and 1000 tokens hold every turn too.
+    assert doc["modes"]["flat"]["overall"]["R@1000t"] == 1.0
+    assert doc["token_budgets"] == [500, 1000]
     table = capsys.readouterr().out
     assert "| **gaama** | all 1–4 |" in table and "R@60w" in table
+    assert "R@500t" in table and "R@1000t" in table and "tokens" in table
     text = docs.read_text()
     assert "<!-- query:begin -->\nother\n<!-- query:end -->" in text
     assert text.count(locomo_report.DOCS_BEGIN) == 1 and "| **flat** |" in text

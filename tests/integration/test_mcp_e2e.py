@@ -149,6 +149,20 @@ async def test_remember_then_search_with_provenance_and_tenancy(stack_services):
         )
         assert not r.is_error and r.structured_content["ranked"] == []
 
+        # The context block: the remembered turn, cited, within the budget, this tenant's only.
+        for session, own, other in ((a, ep_a, ep_b), (b, ep_b, ep_a)):
+            r = await session.call_tool(
+                "get_context", {"query": "What dog did Ann adopt?", "max_tokens": 200}
+            )
+            assert not r.is_error, text(r)
+            ctx = r.structured_content
+            cited = {c["id"]: cid for cid, c in ctx["citations"].items()}
+            assert own in cited and other not in cited and 0 < ctx["tokens"] <= 200
+            assert text(r) == ctx["context"] and f"[{cited[own]}]" in ctx["context"]
+            assert "Ann:" in ctx["context"] and SAME in ctx["context"]
+        r = await a.call_tool("get_context", {"query": "x", "max_tokens": 5})
+        assert r.is_error and "max_tokens" in text(r)
+
 
 async def test_http_refuses_requests_without_a_known_key(stack_services):
     url = f"{stack_services['mcp'].url}/mcp"

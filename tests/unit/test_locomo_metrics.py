@@ -76,3 +76,17 @@ def test_percentile_interpolates() -> None:
     assert percentile([1.0, 2.0, 3.0, 4.0], 0.5) == 2.5
     assert percentile([5.0], 0.5) == 5.0
     assert math.isnan(percentile([], 0.5))
+
+
+def test_token_budget_recall_and_tokens_per_query() -> None:
+    t = Tally()
+    memory = [frozenset({"D1"})]
+    t.add(score_question(1, [], memory, ["D1", "D2"], 90, 1.0, {500: memory, 1000: []}, 120))
+    t.add(score_question(1, [], memory, ["D1"], 30, 1.0, {500: memory, 1000: memory}, 40))
+    s = t.summary()
+    assert s["R@500t"] == pytest.approx(0.75) and s["R@1000t"] == pytest.approx(0.5)
+    assert s["tokens"] == 80 and s["words"] == 60
+    # Without token budgets the columns are empty, not zero.
+    bare = Tally()
+    bare.add(score_question(2, [], memory, ["D1"], 10, 1.0))
+    assert bare.summary()["R@500t"] is None and bare.summary()["tokens"] is None

@@ -133,6 +133,20 @@ async def test_search_returns_structured_items_with_provenance_and_text():
     assert "Rex" in text(r) and "D1:1" in text(r)
 
 
+async def test_search_passes_a_token_budget_on():
+    reply = {"memory": [ITEM], "ranked": [], "words": 6, "tokens": 9, "mode": "gaama"}
+    api = Api(lambda r: httpx.Response(200, json={**reply, "stats": STATS}))
+    async with Client(build_server(gateway(api))) as c:
+        r = await c.call_tool(
+            "search_memory", {"query": "pets?", "budget": 50, "budget_unit": "tokens"}
+        )
+        bad = await c.call_tool("search_memory", {"query": "pets?", "budget_unit": "chars"})
+    body = json.loads(api.requests[0].content)
+    assert (body["budget"], body["budget_unit"]) == (50, "tokens")
+    assert r.structured_content["tokens"] == 9 and "9 tokens" in text(r)
+    assert bad.is_error and "budget_unit" in text(bad) and len(api.requests) == 1
+
+
 async def test_list_memories_and_forget_follow_the_contract():
     forget_calls = []
 

@@ -43,12 +43,12 @@ def test_caps_per_kind() -> None:
     counts = {k: sum(1 for i in kept if i.kind is k) for k in (F, R, E)}
     assert counts == {F: 60, R: 20, E: 80}
     assert {i.id for i in kept if i.kind is F} == {f"f{n}" for n in range(60)}  # the best ones
-    packed = pack(items, Caps(budget_words=10_000))
+    packed = pack(items, Caps(budget=10_000))
     assert len(packed) == 160
 
 
 def test_shares_are_proportional_to_caps() -> None:
-    caps = Caps(budget_words=1000)
+    caps = Caps(budget=1000)
     s = shares([F, R, E], caps)
     assert s[F] == pytest.approx(1000 * 60 / 160)
     assert s[R] == pytest.approx(1000 * 20 / 160)
@@ -63,7 +63,7 @@ def test_budget_trimmed_in_proportion_to_caps() -> None:
     items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
     items += [item(f"r{n}", R, 2 - n / 100, words=10) for n in range(20)]
     items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
-    packed = pack(items, Caps(budget_words=320))  # shares 120 / 40 / 160 words
+    packed = pack(items, Caps(budget=320))  # shares 120 / 40 / 160 words
     counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
     assert counts == {F: 12, R: 4, E: 16}
     assert total_words(packed) == 320
@@ -74,7 +74,7 @@ def test_unused_share_is_redistributed() -> None:
     items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
     items += [item("r0", R, 2.5, words=5), item("r1", R, 2.4, words=5)]
     items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
-    packed = pack(items, Caps(budget_words=320))
+    packed = pack(items, Caps(budget=320))
     counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
     # facts 120 w (12), refl 10 of 40 w, episodes 160 w (16); 30 spare words → 3 more facts.
     assert counts == {F: 15, R: 2, E: 16}
@@ -86,17 +86,17 @@ def test_a_reflection_below_the_floor_takes_no_share() -> None:
     items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
     items += [item("r0", R, 2.0, words=10), item("r1", R, 1.0, words=10)]
     items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
-    packed = {i.id for i in pack(items, Caps(budget_words=320, reflection_floor=0.5))}
+    packed = {i.id for i in pack(items, Caps(budget=320, reflection_floor=0.5))}
     assert "r0" in packed and "r1" not in packed
     # Without the floor both take the reflections' share.
-    assert {"r0", "r1"} <= {i.id for i in pack(items, Caps(budget_words=320))}
+    assert {"r0", "r1"} <= {i.id for i in pack(items, Caps(budget=320))}
 
 
 def test_when_no_reflection_reaches_the_floor_its_share_goes_to_the_other_kinds() -> None:
     items = [item(f"f{n}", F, 3 - n / 100, words=10) for n in range(60)]
     items += [item(f"r{n}", R, 1.2 - n / 100, words=10) for n in range(20)]
     items += [item(f"e{n}", E, 1 - n / 1000, words=10) for n in range(80)]
-    packed = pack(items, Caps(budget_words=320, reflection_floor=0.5))
+    packed = pack(items, Caps(budget=320, reflection_floor=0.5))
     counts = {k: sum(1 for i in packed if i.kind is k) for k in (F, R, E)}
     # Shares over facts and episodes only (60:80 of 320 words): 13 facts and 18 episodes; the
     # 10 words left go to the best remaining item, a fact.
@@ -106,7 +106,7 @@ def test_when_no_reflection_reaches_the_floor_its_share_goes_to_the_other_kinds(
 
 def test_budget_never_exceeded_and_oversized_items_skipped() -> None:
     items = [item("f0", F, 5, words=2000), item("f1", F, 4, words=30), item("e0", E, 3, words=40)]
-    packed = pack(items, Caps(budget_words=100))
+    packed = pack(items, Caps(budget=100))
     assert [i.id for i in packed] == ["f1", "e0"]
     assert total_words(packed) <= 100
 
@@ -137,16 +137,16 @@ def test_no_turn_is_packed_twice() -> None:
     f1.sources = ("e1",)
     episodes = [item("e1", E, 2.0, words=10), item("e2", E, 1.5, words=10)]
     episodes.append(item("e3", E, 1.0, words=10))
-    packed = pack([f1, *episodes], Caps(budget_words=20))
+    packed = pack([f1, *episodes], Caps(budget=20))
     assert {i.id for i in packed} == {"f1", "e2"}
-    packed = pack([f1, *episodes], Caps(budget_words=35))
+    packed = pack([f1, *episodes], Caps(budget=35))
     assert {i.id for i in packed} == {"f1", "e2", "e3"}
     # Even ranked above its fact, an episode the fact carries is skipped (facts are served first).
     top = item("e1", E, 9.0, words=10)
-    assert {i.id for i in pack([f1, top], Caps(budget_words=100))} == {"f1"}
+    assert {i.id for i in pack([f1, top], Caps(budget=100))} == {"f1"}
     # A fact that does not say its sources skips nothing.
     f2 = item("f2", F, 3.0, words=5)
-    assert {i.id for i in pack([f2, *episodes], Caps(budget_words=100))} == {"f2", "e1", "e2", "e3"}
+    assert {i.id for i in pack([f2, *episodes], Caps(budget=100))} == {"f2", "e1", "e2", "e3"}
 
 
 def test_a_fact_packed_from_the_remainder_replaces_the_episode_it_carries() -> None:
@@ -155,13 +155,13 @@ def test_a_fact_packed_from_the_remainder_replaces_the_episode_it_carries() -> N
     f1, f2, f3 = item("f1", F, 3.0, words=10), item("f2", F, 2.5, words=6), item("f3", F, 1.5, 6)
     f1.sources, f2.sources, f3.sources = ("e9",), ("e1",), ("e7",)
     e1, e2 = item("e1", E, 2.0, words=10), item("e2", E, 1.0, words=8)
-    packed = pack([f1, f2, e1, f3, e2], Caps(facts=3, reflections=0, episodes=3, budget_words=30))
+    packed = pack([f1, f2, e1, f3, e2], Caps(facts=3, reflections=0, episodes=3, budget=30))
     assert {i.id for i in packed} == {"f1", "f2", "f3", "e2"}
     assert total_words(packed) == 30
     # The fact fits only with the episode's words returned: it still replaces the episode.
     big = item("f2", F, 2.5, words=18)
     big.sources = ("e1",)
-    packed = pack([f1, big, e1], Caps(facts=3, reflections=0, episodes=3, budget_words=30))
+    packed = pack([f1, big, e1], Caps(facts=3, reflections=0, episodes=3, budget=30))
     assert {i.id for i in packed} == {"f1", "f2"}
 
 

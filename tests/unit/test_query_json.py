@@ -77,6 +77,8 @@ def test_search_json_is_the_response_model() -> None:
         memory=[_model(i) for i in r.memory],
         ranked=[_model(i) for i in r.ranked],
         words=r.words,
+        tokens=None,
+        budget_unit="words",
         mode=r.mode,
         stats=Stats(timings_ms={"embed": 1.235, "knn": 0.0}, subgraph_nodes=300, ppr_iterations=12),
     )

@@ -139,6 +139,7 @@ def show(item: Item, fields: Mapping[str, str], compact_text: bool = True) -> No
     if seq := get("seq"):
         item.seq = int(seq)
     if item.kind is NodeKind.EPISODE:
+        item.speaker = get("speaker", "")
         if (turn := get("turn_id")) is not None:
             item.provenance = [Provenance(item.id, turn)]
     elif item.kind is NodeKind.FACT and (sources := get("sources")):

@@ -15,7 +15,7 @@ from gaama.errors import ValidationError
 
 
 def bounds(limits: RequestLimits, defaults: RetrievalSettings) -> dict[str, int]:
-    """The effective maximum of every bounded parameter (``k`` and ``budget_words`` included)."""
+    """The effective maximum of every bounded parameter (``k`` and the budgets included)."""
     out = {"k": limits.k}
     for name in RequestLimits.model_fields:
         if name == "k":
@@ -32,8 +32,12 @@ def check_request(
     k: int | None = None,
     budget: int | None = None,
     params: Mapping[str, object] | None = None,
+    budget_unit: str | None = None,
 ) -> None:
     """Refuse a request that asks for more than the operator allows.
+
+    ``budget`` is in ``budget_unit`` (None: the defaults' unit): bounded by ``budget_words`` or
+    ``budget_tokens``.
 
     Raises:
         ValidationError: naming the first parameter above its bound, the bound and the setting.
@@ -42,14 +46,17 @@ def check_request(
     asked: dict[str, object] = dict(params or {})
     if k is not None:
         asked["k"] = k
+    budget_field = (
+        "budget_tokens" if (budget_unit or defaults.budget_unit) == "tokens" else "budget_words"
+    )
     if budget is not None:
-        asked["budget_words"] = budget
+        asked[budget_field] = budget
     for name, value in asked.items():
         cap = caps.get(name)
         if cap is None or not isinstance(value, int | float) or isinstance(value, bool):
             continue  # unbounded here (alpha, weights...) or left to the settings' own checks
         if value > cap:
-            shown = "budget" if name == "budget_words" and budget is not None else name
+            shown = "budget" if name == budget_field and budget is not None else name
             where = "" if shown in ("k", "budget") else "params."
             raise ValidationError(
                 f"{where}{shown} = {value:g} is above this service's limit of {cap} "

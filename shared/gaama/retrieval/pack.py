@@ -5,7 +5,7 @@ The rule, precisely:
 1. Rank every candidate by score (ties: higher similarity, then id). Concepts are never
    returned.
 2. Caps per kind: only the best ``cap`` facts, reflections and episodes stay eligible.
-3. Word budget, trimmed in proportion to the caps. Each kind with at least one eligible item gets
+3. Budget, trimmed in proportion to the caps. Each kind with at least one eligible item gets
    a share ``budget · cap_kind / Σ caps`` (the sum over those kinds, so a kind with nothing to
    offer leaves no share unused). Kinds are served facts, reflections, episodes; within its share
    a kind takes its items in rank order and stops at the first that does not fit.
@@ -27,13 +27,16 @@ The rule, precisely:
    time order (ties — turns of one session share its time — by conversation, then position in the
    conversation) so the turns read like the conversation.
 
-Words are whitespace-separated tokens of the item's text. An item longer than the entire budget is
-never packed (it is still in the ranked list).
+The budget is counted by a *size* function over the items: by default whitespace-separated words
+of the item's text (:func:`word_sizes`); a token budget passes the tokens of the embedder's
+tokenizer (:mod:`gaama.retrieval.tokencount`), and the context call the tokens of each item's
+rendered line. An item larger than the entire budget is never packed (it is still in the ranked
+list).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gaama.model import NodeKind
@@ -68,19 +71,30 @@ class Item:
     sources: tuple[str, ...] = ()  # a fact's source episode ids (for packing, rule 5)
     validity: Validity = field(default_factory=Validity)  # a fact's valid and learned times
 
+    speaker: str = ""  # who said it (episodes)
+
     @property
     def words(self) -> int:
         return len(self.text.split())
 
 
+#: What an item costs of the budget, for a batch of items (one count per item, in order).
+Size = Callable[[Sequence[Item]], list[int]]
+
+
+def word_sizes(items: Sequence[Item]) -> list[int]:
+    """Whitespace-separated words of each item's text."""
+    return [i.words for i in items]
+
+
 @dataclass(frozen=True, slots=True)
 class Caps:
-    """Per-kind caps and the word budget."""
+    """Per-kind caps and the budget (in the unit of the packing's size function)."""
 
     facts: int = 60
     reflections: int = 20
     episodes: int = 80
-    budget_words: int = 1000
+    budget: int = 1000
     reflection_floor: float = 0.0  # share of the best score a reflection needs for its share
 
     def cap(self, kind: NodeKind) -> int:
@@ -113,20 +127,21 @@ def capped(items: Iterable[Item], caps: Caps) -> list[Item]:
 
 
 def shares(kinds: Iterable[NodeKind], caps: Caps) -> dict[NodeKind, float]:
-    """Each present kind's share of the word budget, proportional to its cap."""
+    """Each present kind's share of the budget, proportional to its cap."""
     present = [k for k in dict.fromkeys(kinds) if caps.cap(k) > 0]
     total = sum(caps.cap(k) for k in present)
     if total == 0:
         return {}
-    return {k: caps.budget_words * caps.cap(k) / total for k in present}
+    return {k: caps.budget * caps.cap(k) / total for k in present}
 
 
-def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
+def pack(items: Iterable[Item], caps: Caps, size: Size = word_sizes) -> list[Item]:
     """Select and order the memory (see the module docstring for the exact rule).
 
     Args:
         items: Scored candidates of any kind; concepts are dropped.
-        caps: Per-kind caps and the word budget.
+        caps: Per-kind caps and the budget.
+        size: What each item costs of the budget (default: its words).
 
     Returns:
         Facts by score, reflections by score, then episodes in time order.
@@ -146,7 +161,7 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
         if item.kind is NodeKind.FACT:
             carried.update(item.sources)
 
-    words = {i.id: i.words for i in eligible}  # counted once per item
+    words = dict(zip((i.id for i in eligible), size(eligible), strict=True))  # once per item
     used = 0
     for kind in RETURNED_KINDS:
         if kind not in share:
@@ -158,7 +173,7 @@ def pack(items: Iterable[Item], caps: Caps) -> list[Item]:
             spent += words[item.id]
             take(item)
         used += spent
-    left = caps.budget_words - used
+    left = caps.budget - used
     for item in eligible:
         if item.id in chosen or item.id in carried:
             continue

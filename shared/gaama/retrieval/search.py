@@ -75,7 +75,16 @@ from gaama.retrieval.candidates import (
 )
 from gaama.retrieval.current import current_first, packed_current_first, prefer_current
 from gaama.retrieval.lexical import fuse, query_terms
-from gaama.retrieval.pack import RETURNED_KINDS, Caps, Provenance, distinct_turns, pack
+from gaama.retrieval.pack import (
+    RETURNED_KINDS,
+    Caps,
+    Item,
+    Provenance,
+    Size,
+    distinct_turns,
+    pack,
+    word_sizes,
+)
 from gaama.retrieval.pack import total_words as count_words
 from gaama.retrieval.request import (
     BUDGET_MAX,
@@ -84,12 +93,14 @@ from gaama.retrieval.request import (
     MODES,
     Mode,
     SearchResult,
+    budget_of,
     check_request,
     pool_size,
     resolve_params,
 )
 from gaama.retrieval.scoring import cosine, score_candidates
 from gaama.retrieval.timeq import query_periods
+from gaama.retrieval.tokencount import BudgetUnit, TokenCounter
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion, ReadAhead
 from gaama.store.validity import VALIDITY_FIELDS
@@ -137,6 +148,8 @@ class Retriever:
         embedder: Query embedder (same model as the stored vectors).
         settings: Settings; ``settings.retrieval`` holds the defaults.
         metrics: Query metrics to observe, if any.
+        tokens: Token counter of token budgets (default: the embedder's tokenizer, loaded on
+            the first token budget).
     """
 
     def __init__(
@@ -147,12 +160,18 @@ class Retriever:
         settings: Settings,
         *,
         metrics: QueryMetrics | None = None,
+        tokens: TokenCounter | None = None,
     ) -> None:
         self.graph = graph
         self.index = index
         self.embedder = embedder
         self.settings = settings
         self.metrics = metrics
+        self.tokens = tokens or TokenCounter(settings.onnx_model_dir)
+
+    def token_sizes(self, items: Sequence[Item]) -> list[int]:
+        """Tokens of each item's text (the size of a token budget)."""
+        return self.tokens.counts([i.text for i in items])
 
     async def search(
         self,
@@ -166,6 +185,8 @@ class Retriever:
         conversation: str | None = None,
         params: Mapping[str, object] | None = None,
         as_of: float | None = None,
+        budget_unit: BudgetUnit | None = None,
+        size: Size | None = None,
     ) -> SearchResult:
         """Retrieve memory for ``query`` from ``tenant``'s graph.
 
@@ -173,13 +194,17 @@ class Retriever:
             tenant: The tenant (from the API key, never from a request body).
             query: The question or cue.
             mode: ``gaama``, ``semantic`` or ``ppr``.
-            budget: Word budget of the packed memory (default ``retrieval.budget_words``).
+            budget: Budget of the packed memory in ``budget_unit`` (default
+                ``retrieval.budget_words`` or ``retrieval.budget_tokens``).
             k: Length of the ranked list (1..200).
             subject: Only nodes about this subject.
             conversation: Only nodes of this conversation.
             params: Overrides of ``RetrievalSettings`` fields, validated within their bounds.
             as_of: Epoch seconds: the memory as it stood then (nothing said later; what held
                 then counts as current). None: now.
+            budget_unit: ``words`` or ``tokens`` (default ``retrieval.budget_unit``).
+            size: What an item costs of the budget, replacing the unit's own count (the
+                context call counts each item's rendered line).
 
         Returns:
             The packed memory, the top-k ranking, timings and subgraph statistics.
@@ -188,7 +213,10 @@ class Retriever:
             ValidationError: bad mode, k, budget, query or parameter.
         """
         check_request(mode, k, query)
-        p = resolve_params(self.settings.retrieval, params, budget)
+        p = resolve_params(self.settings.retrieval, params, budget, budget_unit)
+        in_tokens = p.budget_unit == "tokens"
+        if size is None:
+            size = self.token_sizes if in_tokens else word_sizes
         w_ppr = 0.0 if mode == "semantic" else p.w_ppr
         w_sim = 0.0 if mode == "ppr" else p.w_sim
         timings = dict.fromkeys(QUERY_STAGES, 0.0)
@@ -282,7 +310,7 @@ class Retriever:
             lap("ppr")
         ppr = {n: v for n, v in scores.items() if n in sims}
         caps = Caps(
-            p.cap_facts, p.cap_reflections, p.cap_episodes, p.budget_words, p.reflection_floor
+            p.cap_facts, p.cap_reflections, p.cap_episodes, budget_of(p), p.reflection_floor
         )
         # Similarity fused with the full-text match over every candidate (expanded ones too).
         relevance = fuse(sims, lex, p.w_lex, p.fusion) if lex else sims
@@ -298,7 +326,7 @@ class Retriever:
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
         ranked = current_first(ranked, as_of)
-        memory = packed_current_first(pack(items, caps), as_of)
+        memory = packed_current_first(pack(items, caps, size), as_of)
         # Provenance only of what is returned: one call for its facts and reflections (an
         # episode's own turn id came with its text).
         returned = {i.id: i for i in [*ranked, *memory]}
@@ -315,6 +343,7 @@ class Retriever:
             subgraph_nodes=len(sub.nodes) if sub else 0,
             ppr_iterations=iterations,
             params=p,
+            tokens=sum(self.token_sizes(memory)) if in_tokens else None,
         )
         self._observe(out, time.perf_counter() - started)
         return out
