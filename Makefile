@@ -31,11 +31,13 @@ run: install
 ## The whole suite; starts the real Redis + broker itself (session fixture).
 test: install
 	bash scripts/install-kubectl.sh $(BIN)/python
+	bash scripts/install-promtool.sh $(BIN)/python
 	$(BIN)/python -m pytest -q
 
 ## The tests that need no stack (no Redis, no broker, no kubectl); any test reaching the stack
 ## without its requires_stack mark fails here.
 test-unit: install
+	bash scripts/install-promtool.sh $(BIN)/python
 	GAAMA_TEST_NO_STACK=1 $(BIN)/python -m pytest -q -p no:cacheprovider \
 		-m "not requires_stack and not requires_kubectl and not slow"
 

@@ -17,11 +17,11 @@ from functools import partial
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry
 
 from gaama.episodes import episode_node
 from gaama.events import TOPIC_TURNS, conversation_key
-from gaama.metrics import StageMetrics
+from gaama.metrics import StageMetrics, http_error_metric
 from services.ingest.handlers import IngestDeps, handle, parse_json, parse_turns_request
 from services.runtime.admission import Admission, tenant_metrics
 from services.runtime.auth import Authenticator
@@ -106,9 +106,7 @@ def create_http_app(
         tenant_metrics("ingest", registry),
         setting=("", "GAAMA_INGEST_TENANT_RATE"),
     )
-    errors = Counter(
-        "gaama_ingest_http_errors_total", "HTTP errors by reason", ["reason"], registry=registry
-    )
+    errors = http_error_metric("ingest", registry)
     install_error_handlers(api, s, errors, log)
     api.add_middleware(BodyLimit, limit=s.http_max_body_bytes)
 

@@ -250,6 +250,14 @@ def query_metrics(registry: CollectorRegistry) -> QueryMetrics:
     return m
 
 
+def http_error_metric(service: str, registry: CollectorRegistry) -> Counter:
+    """``gaama_<service>_http_errors_total{reason}``: HTTP answers that were errors, by reason
+    (``unauthorized``, ``invalid``, ``http``, or a :class:`~gaama.errors.GaamaError`'s reason)."""
+    return Declare(service, registry).counter(
+        "http_errors_total", "HTTP errors by reason", ["reason"]
+    )
+
+
 def graph_size_gauge(service: str, registry: CollectorRegistry) -> Gauge:
     g = Declare(service, registry).gauge(
         "graph_nodes", "Nodes in the index, by kind (all tenants)", ["kind"]

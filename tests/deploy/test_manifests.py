@@ -41,6 +41,7 @@ from gaama import metrics as gm
 from gaama.config import Settings, load_settings
 from services.mcp.app import TOOLS as MCP_TOOLS
 from services.mcp.settings import McpSettings
+from services.runtime.admission import tenant_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
@@ -74,6 +75,8 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.embed_metrics("ingest", r),
         lambda r: gm.gc_pause_metric("ingest", r),
         lambda r: gm.loop_metrics("ingest", r),
+        lambda r: gm.http_error_metric("ingest", r),
+        lambda r: tenant_metrics("ingest", r),
     ],
     "extract": [
         lambda r: gm.stage_metrics(
@@ -99,6 +102,7 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.loop_metrics("query", r),
         lambda r: gm.graph_size_gauge("query", r),
         lambda r: gm.forget_metrics("query", r),
+        lambda r: tenant_metrics("query", r),
     ],
     "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS), lambda r: gm.loop_metrics("mcp", r)],
 }
