@@ -142,17 +142,17 @@ class RetrievalSettings(BaseModel):
     cap_facts: int = Field(60, ge=0, le=1000)
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)
-    # Bounds the subgraph (and latency) where recall stops improving (docs/benchmarks.md,
-    # "Subgraph bound and read-ahead").
+    # Nodes the expansion admits at most: bounds the subgraph, and so the walk's cost, for any
+    # tenant size (decision: "Subgraph bound and read-ahead").
     max_expanded: int = Field(300, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
-    # the first ``expanded_read`` the expansion admitted (read in the expansion's own call); the
-    # smallest that keep recall (docs/benchmarks.md, "Subgraph bound and read-ahead").
+    # the first ``expanded_read`` the expansion admitted (read in the expansion's own call)
+    # (decision: "Subgraph bound and read-ahead").
     expanded_candidates: int = Field(80, ge=0, le=100000)
     expanded_read: int = Field(80, ge=0, le=100000)
     # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
     # thread; a larger one goes to a worker thread. For a short walk a worker only adds
-    # handoffs: the GIL keeps the loop waiting anyway (docs/benchmarks.md, "Where PPR runs").
+    # handoffs: the GIL keeps the loop waiting anyway (decision: "Where PPR runs").
     # Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
@@ -238,8 +238,8 @@ class Settings(BaseSettings):
     onnx_threads: int = Field(1, ge=1, le=64)
     # The query service's intra-op threads (in place of onnx_threads there): a search encodes one
     # short query, latency-bound, and a busy replica one coalesced batch; two threads that do not
-    # spin encode a query faster on a replica with a core to spare and cost nothing measurable at
-    # c=16 (docs/benchmarks.md, "Query embed stage: two threads").
+    # spin use a spare core for one query without taking it from concurrent requests
+    # (decision: "Query embed stage: two threads").
     query_onnx_threads: int = Field(2, ge=1, le=64)
     onnx_spin: bool = False
     # Batches of one embed call (GAAMA_EMBED_BATCH texts each) encoded at once, each on its own
@@ -254,8 +254,8 @@ class Settings(BaseSettings):
     # Python's cyclic garbage collector (docs/operations.md, "Garbage collection"): once a
     # service has started, the objects of its start-up (libraries, the model) are frozen out of
     # the collector's scans, and the youngest generation is collected after this many net
-    # container allocations (0: Python's default, 700). Collections of the start-up heap cost
-    # the query service 0.5-1 ms of CPU per search at c=16.
+    # container allocations (0: Python's default, 700), so collections come when cyclic garbage
+    # has piled up, not once per request (decision: "Garbage collection").
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0, le=10_000_000)
 
@@ -343,7 +343,8 @@ class Settings(BaseSettings):
     # --- per-tenant admission (0 = no limit) ---------------------------------------------
     # Query: requests one tenant may have in flight on a replica, and its request rate (token
     # bucket: rate per second, burst). Over either: 429 with Retry-After at once, never a queue.
-    # Sized for a 2-core replica (docs/operations.md, "Per-tenant fairness").
+    # The defaults are a share of one replica's capacity (docs/operations.md, "Per-tenant
+    # fairness").
     tenant_concurrency: int = Field(4, ge=0, le=10000)
     tenant_rate: float = Field(20.0, ge=0, le=100000)
     tenant_burst: int = Field(40, ge=1, le=1000000)
