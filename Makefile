@@ -32,6 +32,7 @@ run: install
 test: install
 	bash scripts/install-kubectl.sh $(BIN)/python
 	bash scripts/install-promtool.sh $(BIN)/python
+	bash scripts/install-chromium.sh
 	$(BIN)/python -m pytest -q
 
 ## The tests that need no stack (no Redis, no broker, no kubectl); any test reaching the stack

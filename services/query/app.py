@@ -21,6 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from gaama.errors import StoreUnavailable
 from gaama.metrics import graph_size_gauge
 from services.query.auth import Tenant
+from services.query.explorer import register_explorer
 from services.query.handlers import (
     AnswerRequest,
     AnswerResponse,
@@ -116,6 +117,8 @@ def create_app(
         return await handle_node(node_id, tenant, deps)
 
     register_memory_routes(app, deps)
+    if deps.settings.explorer:
+        register_explorer(app)
 
     async def refresh_gauges() -> None:
         try:

@@ -325,6 +325,9 @@ class Settings(BaseSettings):
     metrics_token: SecretStr | None = None
     # OpenAPI document and its /docs and /redoc pages.
     http_docs: bool = True
+    # Query service: serve the memory explorer at /explorer (a static page; every read it
+    # makes goes through the API with the caller's key or token). Off: /explorer answers 404.
+    explorer: bool = False
     http_host: str = "127.0.0.1"
     ingest_port: int = Field(8081, ge=1, le=65535)
     extract_port: int = Field(8082, ge=1, le=65535)
