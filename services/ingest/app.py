@@ -5,7 +5,8 @@ turns onto ``gaama.turns.v1`` with the bounded :class:`~services.runtime.produce
 (acks=all) and answers 202 ``{"accepted", "episode_ids"}``; 400 for a body that is not JSON, 413
 over a size limit (body bytes, turn text), 422 for any other bad field, 429 over the tenant's
 rate, 403 for a token without ``write`` or naming another subject or conversation than its own
-(a token's turns carry its subject), 503 with ``Retry-After`` when the broker does not take the turns in time. Plus
+(a token's turns carry its subject), 503 with ``Retry-After`` when the broker does not take the
+turns in time. Plus
 ``/metrics``, ``/healthz`` and ``/readyz`` (Redis, the vector index and the broker).
 """
 

@@ -12,10 +12,11 @@
   and check its permissions; a tenant key's caller has every right.
 - Only SHA-256 digests are stored; a presented key is hashed and compared with every digest in
   constant time. Keys longer than ``API_KEY_MAX`` are refused before hashing.
-- Failed attempts (unknown keys and refused tokens alike) are counted per client address; past ``GAAMA_AUTH_FAIL_LIMIT`` in
-  ``GAAMA_AUTH_FAIL_WINDOW_S`` the address gets 429 with ``Retry-After`` until the window
-  passes, so keys cannot be guessed at line rate. The count is per replica (in memory): with
-  N replicas an address gets at most N times the limit, which still bounds guessing.
+- Failed attempts (unknown keys and refused tokens alike) are counted per client address;
+  past ``GAAMA_AUTH_FAIL_LIMIT`` in ``GAAMA_AUTH_FAIL_WINDOW_S`` the address gets 429 with
+  ``Retry-After`` until the window passes, so keys cannot be guessed at line rate. The count
+  is per replica (in memory): with N replicas an address gets at most N times the limit,
+  which still bounds guessing.
 """
 
 from __future__ import annotations
