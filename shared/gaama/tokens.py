@@ -268,7 +268,9 @@ def _claims(
                 raise ValueError("conv: must be a string")
             ids.check_conversation(conversation)
         perm = p.get("perm")
-        perms = _permissions(perm if isinstance(perm, list) else [perm])
+        if not isinstance(perm, list):
+            raise ValueError("perm: must be a list of permissions")
+        perms = _permissions(perm)
         if not (_is_int(iat) and _is_int(exp)) or not isinstance(jti, str) or len(jti) > 64:
             raise ValueError("iat and exp must be integers (epoch seconds), jti a short string")
     except ValueError as exc:
