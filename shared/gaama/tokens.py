@@ -152,7 +152,9 @@ class TokenClaims:
         return self.subject, self.conversation
 
     def covers(self, subject: str, conversation: str) -> bool:
-        """Whether a node of this (own) subject and conversation lies in the token's scope."""
+        """Whether a node whose own ``subject`` and ``conversation`` fields are these lies in the
+        token's scope: the rule scoped reads apply to those fields
+        (:func:`gaama.store.index_layout.scope_filter`, ``expand.lua``'s ``in_scope``)."""
         return subject == self.subject and (
             self.conversation is None or conversation == self.conversation
         )
