@@ -4,7 +4,9 @@ HTTP (FastAPI, served on the worker's loop): ``POST /v1/turns`` (API key require
 turns onto ``gaama.turns.v1`` with the bounded :class:`~services.runtime.producer.EventProducer`
 (acks=all) and answers 202 ``{"accepted", "episode_ids"}``; 400 for a body that is not JSON, 413
 over a size limit (body bytes, turn text), 422 for any other bad field, 429 over the tenant's
-rate, 503 with ``Retry-After`` when the broker does not take the turns in time. Plus
+rate, 403 for a token without ``write`` or naming another subject or conversation than its own
+(a token's turns carry its subject), 503 with ``Retry-After`` when the broker does not take the
+turns in time. Plus
 ``/metrics``, ``/healthz`` and ``/readyz`` (Redis, the vector index and the broker).
 """
 
@@ -22,7 +24,13 @@ from prometheus_client import CollectorRegistry
 from gaama.episodes import episode_node
 from gaama.events import TOPIC_TURNS, conversation_key
 from gaama.metrics import StageMetrics, http_error_metric
-from services.ingest.handlers import IngestDeps, handle, parse_json, parse_turns_request
+from services.ingest.handlers import (
+    IngestDeps,
+    bound_turns,
+    handle,
+    parse_json,
+    parse_turns_request,
+)
 from services.runtime.admission import Admission, tenant_metrics
 from services.runtime.auth import Authenticator
 from services.runtime.http import (
@@ -117,9 +125,12 @@ def create_http_app(
 
     @api.post("/v1/turns", status_code=202)
     async def post_turns(request: Request) -> JSONResponse:
-        """Publish one turn, or ``{"turns": [...]}`` (at most 1000), for the key's tenant."""
-        tenant = authenticate(request, auth).tenant
-        turns = parse_turns_request(parse_json(await request.body()), tenant, s)
+        """Publish one turn, or ``{"turns": [...]}`` (at most 1000), for the key's tenant (a
+        token's turns carry its subject)."""
+        who = authenticate(request, auth)
+        who.require("write")
+        tenant = who.tenant
+        turns = bound_turns(parse_turns_request(parse_json(await request.body()), tenant, s), who)
         admission.take(tenant, len(turns))
         items: list[Publication] = [
             (TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t, None) for t in turns

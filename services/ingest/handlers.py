@@ -23,7 +23,7 @@ from gaama import ids
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.episodes import episode_node, episode_stored
-from gaama.errors import GaamaError, StoreUnavailable, ValidationError
+from gaama.errors import Forbidden, GaamaError, StoreUnavailable, ValidationError
 from gaama.events import (
     CAPTION_MAX,
     SPEAKER_MAX,
@@ -38,6 +38,7 @@ from gaama.events import (
 from gaama.forgetting import Forgetting
 from gaama.model import Node
 from gaama.store.graph import GraphStore
+from services.runtime.auth import Caller
 from services.runtime.records import (
     BatchResult,
     Failure,
@@ -276,4 +277,24 @@ def parse_turns_request(body: Any, tenant: str, settings: Settings) -> list[Turn
             )
         except PydanticValidationError as exc:
             raise ValidationError(f"turns.{i}: {describe(exc)}") from None
+    return out
+
+
+def bound_turns(turns: list[TurnReceived], who: Caller) -> list[TurnReceived]:
+    """``turns`` as ``who`` may write them: unchanged for a tenant key; for a token, each turn
+    carries the token's subject and stays in its conversation when it is bound to one.
+
+    Raises:
+        Forbidden: a turn naming another subject or conversation than the token's (nothing of
+            the request is written).
+    """
+    if who.token is None:
+        return turns
+    out = []
+    for i, t in enumerate(turns):
+        try:
+            subject, _ = who.scope(t.subject or None, t.conversation)
+        except Forbidden as exc:
+            raise Forbidden(f"turns.{i}: {exc}") from None
+        out.append(t if t.subject == subject else t.model_copy(update={"subject": subject}))
     return out

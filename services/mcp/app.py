@@ -2,9 +2,11 @@
 HTTP app (``/mcp`` behind the API-key gate, ``/metrics``, ``/healthz``, ``/readyz``).
 
 The gateway consumes and produces no topics. Each tool call becomes REST calls made with the
-caller's API key: over stdio the key given at start-up (``GAAMA_API_KEY``), over HTTP the key of
-the request (``Authorization: Bearer`` or ``X-API-Key``), forwarded as is. The tenant is never
-an argument: the REST API derives it from the key.
+caller's credential: over stdio the key given at start-up (``GAAMA_API_KEY``), over HTTP the key
+of the request (``Authorization: Bearer`` or ``X-API-Key``), forwarded as is. The credential may
+be an end-user token (``gaama token mint``): the REST API then bounds every call to the token's
+subject, conversation and permissions, so an agent serving one end user reaches that user's
+memory alone. The tenant is never an argument: the REST API derives it from the credential.
 """
 
 from __future__ import annotations
@@ -514,7 +516,8 @@ def build_server(gw: Gateway) -> MCPServer:
 
 class ApiKeyGate:
     """Refuses an MCP request before any tool runs unless it carries an API key the deployment
-    knows (401 missing/unknown, 403 disabled, 429 after too many failures from the address).
+    knows or a valid end-user token (401 missing/unknown/refused, 403 disabled, 429 after too
+    many failures from the address).
 
     The key is checked here, with the same key ring and rules as the REST services, rather than
     only by the REST API: the REST services count failed keys per client address, and every MCP

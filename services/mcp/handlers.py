@@ -235,7 +235,7 @@ def _api_failure(exc: GaamaAPIError, what: str) -> ToolFailure:
     if status in (400, 413, 422):
         return ToolFailure("invalid", f"{what} refused the request (HTTP {status}): {detail}")
     if status in (401, 403):
-        return ToolFailure("unauthorized", f"the API key was refused (HTTP {status}): {detail}")
+        return ToolFailure("unauthorized", f"the credential was refused (HTTP {status}): {detail}")
     if status == 404:
         return ToolFailure("not_found", f"not found (HTTP 404): {detail}")
     if status == 429:

@@ -30,11 +30,11 @@ log = logging.getLogger("gaama.mcp")
 def check_http_keys(settings: Settings) -> None:
     """The HTTP transport refuses unknown keys itself (see ``app.ApiKeyGate``), so it needs the
     deployment's keys; without them every request would be refused."""
-    if not settings.api_keys and not settings.api_keys_file:
+    if not settings.api_keys and not settings.api_keys_file and not settings.signing_keys:
         raise ConfigError(
-            "GAAMA_API_KEYS and GAAMA_API_KEYS_FILE are both unset: the MCP HTTP transport "
-            "checks each request's API key before forwarding it, so give it the same keys as "
-            "the query service"
+            "GAAMA_API_KEYS, GAAMA_API_KEYS_FILE and GAAMA_SIGNING_KEYS are all unset: the MCP "
+            "HTTP transport checks each request's API key or token before forwarding it, so "
+            "give it the same keys as the query service"
         )
 
 

@@ -20,7 +20,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gaama.errors import StoreUnavailable
 from gaama.metrics import graph_size_gauge
-from services.query.auth import Tenant
+from services.query.auth import Reader
 from services.query.explorer import register_explorer
 from services.query.handlers import (
     AnswerRequest,
@@ -36,6 +36,7 @@ from services.query.handlers import (
     handle_node,
     handle_search,
     readiness,
+    within,
 )
 from services.query.routes import register_memory_routes
 from services.runtime.admission import Admission, tenant_metrics
@@ -96,25 +97,28 @@ def create_app(
     app.add_middleware(BodyLimit, limit=deps.settings.http_max_body_bytes)
 
     @app.post("/v1/search", response_model=SearchResponse)
-    async def search(body: SearchRequest, tenant: Tenant) -> Response:
-        """Packed memory and the top-k ranking for a query, from the caller's tenant."""
-        return _json(await handle_search(body, tenant, deps))
+    async def search(body: SearchRequest, who: Reader) -> Response:
+        """Packed memory and the top-k ranking for a query, from the caller's tenant (a
+        token's: its subject and conversation)."""
+        return _json(await handle_search(within(body, who), who.tenant, deps))
 
     @app.post("/v1/context", response_model=ContextResponse)
-    async def context(body: ContextRequest, tenant: Tenant) -> Response:
-        """A prompt-ready block of the caller's memory for a query or a chat, within a token
-        budget: current facts with dates, reflections, then turns in time order, each cited."""
-        return _json(await handle_context(body, tenant, deps))
+    async def context(body: ContextRequest, who: Reader) -> Response:
+        """A prompt-ready block of the caller's memory (a token's: its subject and
+        conversation) for a query or a chat, within a token budget: current facts with dates,
+        reflections, then turns in time order, each cited."""
+        return _json(await handle_context(within(body, who), who.tenant, deps))
 
     @app.post("/v1/answer", response_model=AnswerResponse)
-    async def answer(body: AnswerRequest, tenant: Tenant) -> Response:
+    async def answer(body: AnswerRequest, who: Reader) -> Response:
         """An LLM answer from the packed memory (503 when no LLM is configured)."""
-        return _json(await handle_answer(body, tenant, deps))
+        return _json(await handle_answer(within(body, who), who.tenant, deps))
 
     @app.get("/v1/nodes/{node_id}", response_model=NodeResponse)
-    async def node(node_id: str, tenant: Tenant) -> NodeResponse:
-        """One node of the caller's tenant with its neighbours; 404 for any other id."""
-        return await handle_node(node_id, tenant, deps)
+    async def node(node_id: str, who: Reader) -> NodeResponse:
+        """One node of the caller's tenant (a token's: in its scope) with its neighbours; 404
+        for any other id."""
+        return await handle_node(node_id, who.tenant, deps, who)
 
     register_memory_routes(app, deps)
     if deps.settings.explorer:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import to_json
@@ -31,6 +31,7 @@ from gaama.store.graph import GraphStore
 from gaama.store.validity import validity_of
 from gaama.store.vectors import VectorIndex
 from services.query.memories import ForgetDeps, MemoryOut, visible
+from services.runtime.auth import Caller
 from services.runtime.readiness import stores_ready
 
 log = logging.getLogger("gaama.query")
@@ -134,6 +135,24 @@ class AnswerRequest(_Retrieval):
     as_of: float | None = Field(
         None, ge=0, description="Epoch seconds: the memory as it stood then (default: now)"
     )
+
+
+R = TypeVar("R", bound=_Retrieval | ContextRequest)
+
+
+def within(req: R, who: Caller) -> R:
+    """``req`` with its scope bounded to what ``who`` may read: unchanged for a tenant key; a
+    token's subject (and conversation, if bound) for a token.
+
+    Raises:
+        Forbidden: the request's scope names another subject or conversation than the token's.
+    """
+    if who.token is None:
+        return req
+    given = req.scope or Scope()
+    subject, conversation = who.scope(given.subject, given.conversation)
+    bounded = req.model_copy(update={"scope": Scope(subject=subject, conversation=conversation)})
+    return cast(R, bounded)
 
 
 # --- response models --------------------------------------------------------------------------
@@ -439,20 +458,29 @@ async def handle_answer(req: AnswerRequest, tenant: str, deps: QueryDeps) -> byt
     return to_json({"answer": text, **_packed(r)})
 
 
-async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeResponse:
-    """One node of ``tenant`` with its neighbours.
+async def handle_node(
+    node_id: str, tenant: str, deps: QueryDeps, who: Caller | None = None
+) -> NodeResponse:
+    """One node of ``tenant`` with its neighbours; for a token (``who``), only a node in its
+    scope, with only the neighbours in its scope.
 
     Raises:
-        NotFound: no such node *for this tenant* (another tenant's id answers the same).
+        NotFound: no such node *for this caller* (another tenant's id, or a node outside the
+            token's scope, answers the same).
     """
     nodes = await deps.graph.get_nodes(tenant, [node_id]) if len(node_id) <= 200 else {}
     node = nodes.get(node_id)
+    if node is not None and who is not None and not who.covers(node.subject, node.conversation):
+        node = None
     hidden = await deps.hidden(tenant) if node is not None else None
     if hidden and await hidden_nodes(deps.graph, tenant, hidden, [node_id]):
         node = None  # a pending forget covers it: as if it were gone already
     if node is None:
         raise NotFound(f"node {ids.preview(node_id)} not found")
     adjacency = (await deps.graph.neighbours(tenant, [node_id])).get(node_id, [])
+    if who is not None and who.token is not None and adjacency:
+        scopes = await _own_scopes(deps.graph, tenant, [n.node for n in adjacency])
+        adjacency = [n for n in adjacency if who.covers(*scopes.get(n.node, ("", "")))]
     adjacency.sort(key=lambda n: (n.kind.value, n.node))
     neighbours = [
         NeighbourOut(
@@ -479,6 +507,17 @@ async def handle_node(node_id: str, tenant: str, deps: QueryDeps) -> NodeRespons
         neighbours_total=len(adjacency),
         **validity_of(node.extra).as_dict(),
     )
+
+
+async def _own_scopes(
+    graph: GraphStore, tenant: str, node_ids: list[str]
+) -> dict[str, tuple[str, str]]:
+    """Each node's own (subject, conversation)."""
+    rows = await graph.get_fields(tenant, node_ids, ["subject", "conversation"])
+    return {
+        n: ((r[0] or b"").decode("utf-8", "replace"), (r[1] or b"").decode("utf-8", "replace"))
+        for n, r in rows.items()
+    }
 
 
 def _sources(node: Node) -> list[str]:

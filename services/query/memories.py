@@ -252,16 +252,27 @@ def _order(row: tuple[float, str, NodeKind, dict[str, str]]) -> tuple[float, str
 
 
 async def export_subject(
-    index: VectorIndex, graph: GraphStore, hidden: Hidden, tenant: str, subject: str
+    index: VectorIndex,
+    graph: GraphStore,
+    hidden: Hidden,
+    tenant: str,
+    subject: str,
+    conversation: str | None = None,
 ) -> AsyncIterator[bytes]:
-    """JSONL of every node and edge about ``subject``: its episodes, the facts derived from them
-    (with their source episodes), reflections citing those facts, and their concepts."""
+    """JSONL of every node and edge about ``subject`` (within ``conversation`` when given): its
+    episodes, the facts derived from them (with their source episodes), reflections citing
+    those facts, and their concepts."""
     if hidden.covers("", subject):
         return
     found = [
         node
         for node, _, _ in await index.scan(
-            tenant, kinds=[NodeKind.EPISODE], subject=subject, limit=None, fields=("conversation",)
+            tenant,
+            kinds=[NodeKind.EPISODE],
+            subject=subject,
+            conversation=conversation,
+            limit=None,
+            fields=("conversation",),
         )
     ]
     gone = await hidden_nodes(graph, tenant, hidden, found)

@@ -10,8 +10,8 @@ from fastapi import FastAPI, Query
 from fastapi.responses import StreamingResponse
 
 from gaama import ids
-from gaama.errors import ValidationError
-from services.query.auth import Admin, Principal, Tenant
+from gaama.errors import Forbidden, ValidationError
+from services.query.auth import Admin, Forgetter, Principal, Reader, Tenant
 from services.query.handlers import QueryDeps, Unavailable
 from services.query.memories import (
     ForgetAccepted,
@@ -32,30 +32,41 @@ def register_memory_routes(app: FastAPI, deps: QueryDeps) -> None:
             raise Unavailable("forgetting is not wired into this query service")
         return deps.forget
 
-    def key_id(p: Principal) -> str:
-        return p.key_sha256[:12]  # names the key in the audit log without revealing it
-
     @app.delete("/v1/conversations/{conversation_id}", status_code=202)
-    async def forget_conversation(conversation_id: str, who: Principal) -> ForgetAccepted:
+    async def forget_conversation(conversation_id: str, who: Forgetter) -> ForgetAccepted:
         """Forget a conversation: its turns and everything derived only from them."""
+        if who.token is not None:
+            # A conversation may hold other subjects' turns: a token forgets its subject only.
+            raise Forbidden(
+                "a token cannot forget a conversation (it may hold other subjects' turns); "
+                "forget the token's subject with DELETE /v1/subjects/{subject}"
+            )
         return await accept_forget(
-            forgetting(), who.tenant, "conversation", conversation_id, key_id(who)
+            forgetting(), who.tenant, "conversation", conversation_id, who.key_id
         )
 
     @app.delete("/v1/subjects/{subject_id:path}", status_code=202)
-    async def forget_subject(subject_id: str, who: Principal) -> ForgetAccepted:
+    async def forget_subject(subject_id: str, who: Forgetter) -> ForgetAccepted:
         """Forget a subject: every turn about it and everything derived only from them."""
-        return await accept_forget(forgetting(), who.tenant, "subject", subject_id, key_id(who))
+        if who.token is not None:
+            who.scope(subject_id, None)  # its own subject only
+            if who.token.conversation is not None:
+                raise Forbidden(
+                    "this token is bound to one conversation; forgetting its subject reaches "
+                    "every conversation"
+                )
+        return await accept_forget(forgetting(), who.tenant, "subject", subject_id, who.key_id)
 
     @app.delete("/v1/tenant", status_code=202)
     async def forget_tenant(who: Principal, _: Admin) -> ForgetAccepted:
         """Forget the whole tenant of the API key (needs an admin key too)."""
-        return await accept_forget(forgetting(), who.tenant, "tenant", "", key_id(who))
+        who.tenant_wide("forgetting the tenant")
+        return await accept_forget(forgetting(), who.tenant, "tenant", "", who.key_id)
 
     @app.get("/v1/forget/{request_id}")
-    async def forget_request(request_id: str, tenant: Tenant) -> ForgetStatusOut:
+    async def forget_request(request_id: str, who: Forgetter) -> ForgetStatusOut:
         """Where a forget request stands: ``pending`` or ``done`` with counts removed."""
-        return await forget_status(forgetting(), tenant, request_id)
+        return await forget_status(forgetting(), who.tenant, request_id)
 
     @app.get("/v1/audit")
     async def audit(
@@ -67,30 +78,39 @@ def register_memory_routes(app: FastAPI, deps: QueryDeps) -> None:
 
     @app.get("/v1/memories")
     async def memories(
-        tenant: Tenant,
+        who: Reader,
         conversation: str | None = None,
         subject: str | None = None,
         kind: Literal["episode", "fact", "reflection", "concept"] | None = None,
         cursor: str | None = None,
         limit: Annotated[int, Query(ge=1, le=200)] = 50,
     ) -> MemoryPage:
-        """A page of the tenant's memory in time order; pass ``next_cursor`` for the next."""
+        """A page of the tenant's memory (a token's: its scope's) in time order; pass
+        ``next_cursor`` for the next."""
+        subject, conversation = who.scope(subject, conversation)
         q = _list_query(conversation, subject, kind, cursor, limit)
+        tenant = who.tenant
         return await list_memories(deps.index, deps.graph, await deps.hidden(tenant), tenant, q)
 
     @app.get("/v1/export")
-    async def export(tenant: Tenant, subject: str) -> StreamingResponse:
-        """JSONL of every node and edge about ``subject``, with provenance."""
+    async def export(who: Reader, subject: str | None = None) -> StreamingResponse:
+        """JSONL of every node and edge about ``subject`` (a token's own by default), with
+        provenance."""
+        subject, conversation = who.scope(subject, None)
+        subject = subject or ""
         try:
             ids.check_subject(subject)
         except ValueError as exc:
             raise ValidationError(f"subject: {exc}") from None
         if not subject:
             raise ValidationError("subject: must not be empty")
+        tenant = who.tenant
         hidden = await deps.hidden(tenant)
 
         async def lines() -> AsyncIterator[bytes]:
-            async for line in export_subject(deps.index, deps.graph, hidden, tenant, subject):
+            async for line in export_subject(
+                deps.index, deps.graph, hidden, tenant, subject, conversation
+            ):
                 yield line
 
         return StreamingResponse(lines(), media_type="application/x-ndjson")

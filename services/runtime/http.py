@@ -23,9 +23,9 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, generate_latest
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from gaama.config import ApiKey, Settings
+from gaama.config import Settings
 from gaama.errors import GaamaError, LLMOutputError, NotFound, RetryableError, ValidationError
-from services.runtime.auth import Authenticator, AuthError, metrics_allowed
+from services.runtime.auth import Authenticator, AuthError, Caller, metrics_allowed
 from services.runtime.progress import Progress
 from services.runtime.stall import Stall
 
@@ -110,8 +110,8 @@ def client_address(request: Request, auth: Authenticator) -> str:
     return auth.address(request.client.host if request.client else "", request.headers)
 
 
-def authenticate(request: Request, auth: Authenticator) -> ApiKey:
-    """The key entry of the request's API key; HTTPException 401/403/429 otherwise."""
+def authenticate(request: Request, auth: Authenticator) -> Caller:
+    """Who the request's API key or token acts for; HTTPException 401/403/429 otherwise."""
     try:
         return auth.principal(request.headers, client_address(request, auth))
     except AuthError as exc:

@@ -1,5 +1,6 @@
 """The ``gaama`` command: ``gaama dev up|down|status``, ``gaama migrate index|vectors|graph``,
-``gaama demo``, ``gaama forget|memories|export|audit``, ``gaama mcp``."""
+``gaama demo``, ``gaama forget|memories|export|audit``, ``gaama token mint|keygen|verify``,
+``gaama mcp``."""
 
 from __future__ import annotations
 
@@ -124,7 +125,7 @@ def _mcp(_: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from gaama import cli_memory, demo, devstack
+    from gaama import cli_memory, cli_token, demo, devstack
 
     p = argparse.ArgumentParser(prog="gaama", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
@@ -175,6 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo.register(sub)
     cli_memory.register(sub)
+    cli_token.register(sub)
     return p
 
 

@@ -114,6 +114,48 @@ class GaamaAPIError(GaamaError):
         self.retryable = status_code in _RETRYABLE
 
 
+def mint_token(
+    secret: str,
+    *,
+    kid: str,
+    tenant: str,
+    subject: str,
+    permissions: Sequence[str] = ("read",),
+    ttl_s: int = 900,
+    conversation: str | None = None,
+) -> str:
+    """An end-user token, minted offline by a platform's back end with its signing secret.
+
+    Pass the token where an API key goes (``GaamaClient(url, token)``, an MCP host's
+    ``Authorization: Bearer``): every request is then bound to ``subject`` (and
+    ``conversation``, when given) and to ``permissions`` (``read``, ``write``, ``forget``),
+    for ``ttl_s`` seconds.
+
+    Args:
+        secret: The signing key's ``secret`` as the key file holds it (base64url).
+        kid: The signing key's id.
+        tenant: The signing key's tenant.
+        subject: The end user the token acts for.
+        permissions: What the token allows.
+        ttl_s: Lifetime in seconds (at most the services' ``GAAMA_TOKEN_MAX_TTL_S``).
+        conversation: Bind the token to this conversation too.
+
+    Raises:
+        ValueError: a malformed secret, subject, conversation, permission or lifetime.
+    """
+    from gaama import tokens
+
+    key = tokens.SigningKey.from_text(kid, tenant, secret)
+    return tokens.mint(
+        key,
+        subject=subject,
+        conversation=conversation,
+        permissions=permissions,
+        ttl_s=ttl_s,
+        max_ttl_s=max(ttl_s, 1),
+    )
+
+
 def _raise_for_status(resp: httpx.Response) -> None:
     if resp.status_code < 400:
         return

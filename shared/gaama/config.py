@@ -10,6 +10,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -25,7 +26,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from gaama import ids
+from gaama import ids, tokens
 from gaama.connections import KafkaConnection, RedisConnection
 from gaama.errors import ConfigError
 from gaama.ids import TenantId
@@ -65,23 +66,94 @@ def check_key_tenants(keys: list[ApiKey], where: str) -> list[ApiKey]:
     return keys
 
 
-def load_key_file(path: str | Path) -> list[ApiKey]:
-    """API keys from a JSON file (a list like ``GAAMA_API_KEYS``).
+class SigningKeyEntry(BaseModel):
+    """One end-user token signing key (``signing_keys`` of the key file, ``GAAMA_SIGNING_KEYS``).
+
+    HMAC needs the secret itself, so it is stored as it is (base64url of at least 32 bytes, as
+    ``gaama token keygen`` prints it): the key file is a secret.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    kid: str = Field(pattern=tokens.KID_PATTERN)
+    tenant: TenantId
+    secret: SecretStr
+    disabled: bool = False
+
+    @field_validator("secret")
+    @classmethod
+    def _secret(cls, v: SecretStr) -> SecretStr:
+        tokens.decode_secret(v.get_secret_value())
+        return v
+
+    def signing_key(self) -> tokens.SigningKey:
+        return tokens.SigningKey.from_text(
+            self.kid, self.tenant, self.secret.get_secret_value(), disabled=self.disabled
+        )
+
+
+@dataclass(frozen=True)
+class KeyFile:
+    """What a key file holds: API keys, and the signing keys of end-user tokens."""
+
+    api_keys: list[ApiKey]
+    signing_keys: list[SigningKeyEntry]
+
+
+def check_signing_keys(entries: list[SigningKeyEntry], where: str) -> list[SigningKeyEntry]:
+    """Refuse two signing keys under one ``kid``: a token names its key by it.
+
+    Raises:
+        ValueError: naming the repeated kids and ``where`` they were configured.
+    """
+    kids = [e.kid for e in entries]
+    repeated = sorted({k for k in kids if kids.count(k) > 1})
+    if repeated:
+        raise ValueError(f"{where} has several signing keys with kid {', '.join(repeated)}")
+    return entries
+
+
+def load_keys(path: str | Path) -> KeyFile:
+    """API keys and signing keys from a JSON file: a list of API keys (like ``GAAMA_API_KEYS``)
+    or an object ``{"api_keys": [...], "signing_keys": [...]}``.
 
     Raises:
         ConfigError: the file is missing, not JSON, or a key is invalid (the message says which).
     """
+    where = f"GAAMA_API_KEYS_FILE {str(path)!r}"
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: {exc}") from None
-    if not isinstance(raw, list):
-        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: expected a JSON list of keys")
+        raise ConfigError(f"{where}: {exc}") from None
+    if isinstance(raw, dict):
+        extra = sorted(set(raw) - {"api_keys", "signing_keys"})
+        if extra:
+            raise ConfigError(f"{where}: unknown field(s) {', '.join(extra)}")
+        api, signing = raw.get("api_keys", []), raw.get("signing_keys", [])
+    else:
+        api, signing = raw, []
+    if not isinstance(api, list) or not isinstance(signing, list):
+        raise ConfigError(
+            f"{where}: expected a JSON list of keys, or an object with the lists 'api_keys' "
+            f"and 'signing_keys'"
+        )
     try:
-        keys = [ApiKey.model_validate(k) for k in raw]
-        return check_key_tenants(keys, f"GAAMA_API_KEYS_FILE {str(path)!r}")
+        keys = [ApiKey.model_validate(k) for k in api]
+        entries = [SigningKeyEntry.model_validate(k) for k in signing]
+        check_key_tenants(keys, where)
+        check_signing_keys(entries, where)
     except (ValidationError, ValueError) as exc:
-        raise ConfigError(f"GAAMA_API_KEYS_FILE {str(path)!r}: {exc}") from None
+        raise ConfigError(f"{where}: {exc}") from None
+    return KeyFile(keys, entries)
+
+
+def load_key_file(path: str | Path) -> list[ApiKey]:
+    """The API keys of a key file (see :func:`load_keys`).
+
+    Raises:
+        ConfigError: the file is missing, not JSON, or a key is invalid (the message says which).
+    """
+    return load_keys(path).api_keys
 
 
 def match_key(keys: list[ApiKey], key: str) -> ApiKey | None:
@@ -308,6 +380,12 @@ class Settings(BaseSettings):
     # Keys also read from this JSON file and re-read when it changes: rotation without restart.
     api_keys_file: str | None = None
     api_keys_reload_s: float = Field(5.0, ge=0.1, le=3600)
+    # Signing keys of end-user tokens (also read from the key file's "signing_keys").
+    signing_keys: list[SigningKeyEntry] = Field(default_factory=list)
+    # How far a token's iat may lie ahead of this clock and its exp behind it.
+    token_clock_skew_s: float = Field(30.0, ge=0, le=600)
+    # Longest lifetime (exp - iat) of a token that is accepted or minted.
+    token_max_ttl_s: int = Field(86400, ge=60, le=30 * 86400)
     # Failed authentications allowed per client address and window before 429.
     auth_fail_limit: int = Field(20, ge=1, le=100000)
     auth_fail_window_s: float = Field(60.0, ge=1, le=86400)
@@ -387,6 +465,11 @@ class Settings(BaseSettings):
     @classmethod
     def _key_tenants(cls, v: list[ApiKey]) -> list[ApiKey]:
         return check_key_tenants(v, "GAAMA_API_KEYS")
+
+    @field_validator("signing_keys")
+    @classmethod
+    def _signing_kids(cls, v: list[SigningKeyEntry]) -> list[SigningKeyEntry]:
+        return check_signing_keys(v, "GAAMA_SIGNING_KEYS")
 
     @field_validator("redis_url")
     @classmethod

@@ -19,6 +19,7 @@ The tree::
         ├── CassetteMiss            replay mode and the request is not in the cassette
         ├── ConfigError             invalid or missing setting (names the variable)
         ├── NotFound                a node that does not exist *for this tenant*
+        ├── Forbidden               a credential's bound scope or permissions refuse it
         └── DimensionMismatch       embedder dimension differs from the vector index
 
 Every class carries a ``retryable`` flag so generic wrappers never need ``isinstance``
@@ -121,6 +122,14 @@ class ConfigError(PermanentError):
 
 class NotFound(PermanentError):
     reason = "not_found"
+
+
+class Forbidden(PermanentError):
+    """The caller is known but may not do this: an end-user token reaching past its subject,
+    its conversation or its permissions (HTTP 403; nothing is read or written)."""
+
+    reason = "forbidden"
+    http_status = 403
 
 
 class DimensionMismatch(PermanentError):

@@ -49,6 +49,12 @@ def settings_env(settings: Settings) -> dict[str, str]:
         "GAAMA_DURABILITY": settings.durability,
         "GAAMA_INGEST_BATCH": str(settings.ingest_batch),
         "GAAMA_API_KEYS": json.dumps([k.model_dump() for k in settings.api_keys]),
+        "GAAMA_SIGNING_KEYS": json.dumps(
+            [
+                {**k.model_dump(), "secret": k.secret.get_secret_value()}
+                for k in settings.signing_keys
+            ]
+        ),
         **_nested_env("GAAMA_KAFKA__", settings.kafka),
         **_nested_env("GAAMA_REDIS__", settings.redis),
     }
