@@ -20,7 +20,7 @@ def wire(svc: Service) -> StageApp:
         embedder=svc.embedder,
         forgetting=stores.forgetting(settings),
     )
-    app = build_app(deps, svc.registry, svc.metrics, stores.ready, EventProducer(settings))
+    app = build_app(deps, svc.registry, svc.metrics, stores.state, EventProducer(settings))
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", svc.embedder.name)
     return app
 

@@ -30,7 +30,7 @@ from services.query.handlers import (
     handle_answer,
     handle_node,
     handle_search,
-    readiness,
+    redis_health,
 )
 from services.query.routes import register_memory_routes
 from services.runtime.admission import Admission, tenant_metrics
@@ -118,7 +118,11 @@ def create_app(
             log.debug("graph size not refreshed: %s", exc)  # the scrape still succeeds
 
     add_ops_routes(
-        app, registry, lambda: readiness(deps), deps.settings, before_scrape=refresh_gauges
+        app,
+        registry,
+        deps.settings,
+        dependencies={"redis": lambda: redis_health(deps)},
+        before_scrape=refresh_gauges,
     )
     return app
 
