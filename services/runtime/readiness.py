@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable, Mapping
 
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
+from redisvl.exceptions import RedisSearchError
 
 from gaama.errors import GaamaError
 from gaama.store.vectors import VectorIndex
@@ -40,7 +41,7 @@ async def redis_state(redis: aioredis.Redis, index: VectorIndex) -> str | None:
         return f"redis unreachable: {exc or type(exc).__name__}"
     try:
         exists = await asyncio.wait_for(index.ready(), CHECK_TIMEOUT_S)
-    except (RedisError, OSError, TimeoutError) as exc:
+    except (RedisError, RedisSearchError, OSError, TimeoutError) as exc:
         return f"redis unreachable: {exc or type(exc).__name__}"
     return None if exists else f"vector index {index.name!r} is missing (being recreated)"
 
@@ -74,7 +75,8 @@ class IndexKeeper:
             if await self.index.ready():
                 return True
             await asyncio.wait_for(self.index.ensure(), CHECK_TIMEOUT_S * 10)
-        except (GaamaError, RedisError, OSError, TimeoutError) as exc:
+        except (GaamaError, RedisError, RedisSearchError, OSError, TimeoutError) as exc:
+            # Redis down (redisvl wraps its errors in its own): the next look tries again.
             log.debug("vector index %r not ensured yet: %s", self.index.name, exc)
             return False
         log.warning("vector index %r was missing (Redis restarted?); created it", self.index.name)
