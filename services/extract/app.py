@@ -97,7 +97,7 @@ def build_app(svc: Service, pipeline: ExtractionPipeline, outbox: Outbox | None 
         metrics=metrics,
         batch_size=settings.extract_batch,
     )
-    add_ops_pages(app, svc.registry, svc.stores.ready, settings)
+    add_ops_pages(app, svc.registry, svc.stores.state, settings)
 
     idle = idle_chunks_task(pipeline, publisher.publish, metrics, lag.caught_up, app.stall)
     progress = app.progress

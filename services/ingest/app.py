@@ -6,8 +6,8 @@ turns onto ``gaama.turns.v1`` with the bounded :class:`~services.runtime.produce
 over a size limit (body bytes, turn text), 422 for any other bad field, 429 over the tenant's
 rate, 403 for a token without ``write`` or naming another subject or conversation than its own
 (a token's turns carry its subject), 503 with ``Retry-After`` when the broker does not take the
-turns in time. Plus
-``/metrics``, ``/healthz`` and ``/readyz`` (Redis, the vector index and the broker).
+turns in time. Plus ``/metrics``, ``/healthz`` (``degraded`` naming Redis or the broker when
+down) and ``/readyz`` (the pod alone).
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from services.runtime.auth import Authenticator
 from services.runtime.http import (
     BodyLimit,
     ReadyCheck,
+    Serving,
     add_ops_routes,
     authenticate,
     install_error_handlers,
@@ -44,7 +45,7 @@ from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
 from services.runtime.progress import Progress
 from services.runtime.stall import Stall
-from services.runtime.worker import StageApp, serve_http, stage_app, stage_ready
+from services.runtime.worker import StageApp, serve_http, stage_app, stage_serving
 
 log = logging.getLogger("gaama.ingest")
 
@@ -53,7 +54,7 @@ def build_app(
     deps: IngestDeps,
     registry: CollectorRegistry,
     metrics: StageMetrics,
-    ready: ReadyCheck,
+    redis: ReadyCheck,
     producer: EventProducer,
 ) -> StageApp:
     """The faust app: the turns consumer, and the HTTP app served on the worker's loop."""
@@ -69,7 +70,13 @@ def build_app(
         window_s=s.ingest_batch_window_s,
     )
     api = create_http_app(
-        deps, registry, stage_ready(app, ready), producer, stall=app.stall, progress=app.progress
+        deps,
+        registry,
+        redis,
+        producer,
+        serving=stage_serving(app),
+        stall=app.stall,
+        progress=app.progress,
     )
     serve_http(app, api, s)
     return app
@@ -78,15 +85,17 @@ def build_app(
 def create_http_app(
     deps: IngestDeps,
     registry: CollectorRegistry,
-    ready: ReadyCheck,
+    redis: ReadyCheck,
     producer: EventProducer,
     *,
+    serving: Serving | None = None,
     stall: Stall | None = None,
     progress: Progress | None = None,
 ) -> FastAPI:
-    """The ingest HTTP app (tests serve it in-process with any producer); ``stall`` is the
-    consumer's outage state and ``progress`` its no-progress watchdog, shown by the health
-    pages."""
+    """The ingest HTTP app (tests serve it in-process with any producer). ``redis`` is the
+    read-only Redis check and ``producer`` the broker's, both shown by ``/healthz``; ``serving``
+    the pod's own readiness, ``stall`` the consumer's outage state and ``progress`` its
+    no-progress watchdog."""
     s = deps.settings
 
     @asynccontextmanager
@@ -118,10 +127,15 @@ def create_http_app(
     install_error_handlers(api, s, errors, log)
     api.add_middleware(BodyLimit, limit=s.http_max_body_bytes)
 
-    async def readiness() -> str | None:
-        return await ready() or await producer.ready()
-
-    add_ops_routes(api, registry, readiness, s, stall=stall, progress=progress)
+    add_ops_routes(
+        api,
+        registry,
+        s,
+        dependencies={"redis": redis, "broker": producer.ready},
+        serving=serving,
+        stall=stall,
+        progress=progress,
+    )
 
     @api.post("/v1/turns", status_code=202)
     async def post_turns(request: Request) -> JSONResponse:

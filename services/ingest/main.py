@@ -21,7 +21,7 @@ def wire(svc: Service) -> StageApp:
         embedder=svc.embedder,
         forgetting=stores.forgetting(settings, forget_dropped_metric(svc.name, svc.registry)),
     )
-    app = build_app(deps, svc.registry, svc.metrics, stores.ready, EventProducer(settings))
+    app = build_app(deps, svc.registry, svc.metrics, stores.state, EventProducer(settings))
     logging.getLogger("gaama.ingest").info("ingest service: embedder=%s", svc.embedder.name)
     return app
 

@@ -43,7 +43,7 @@ from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX
 from services.mcp import handlers as h
 from services.mcp.settings import McpSettings
 from services.runtime.auth import Authenticator, AuthError, api_key_from_headers
-from services.runtime.http import metrics_refused
+from services.runtime.http import ReadyCheck, health_body, metrics_refused
 from services.runtime.loop_monitor import LoopMonitor
 
 log = logging.getLogger("gaama.mcp")
@@ -58,7 +58,7 @@ TOOLS = (
     "forget",
 )
 MCP_PATH = "/mcp"
-READY_TIMEOUT_S = 2.0
+READY_TIMEOUT_S = 1.5
 
 INSTRUCTIONS = """\
 GAAMA is long-term memory for this user: it keeps every remembered conversation turn verbatim \
@@ -121,18 +121,29 @@ class Gateway:
             transport=_Lent(self.pool),
         )
 
-    async def readiness(self) -> str | None:
-        """None when the query and ingest services are ready, else the reason."""
-        s = self.settings
+    async def upstream(self, name: str, url: str) -> str | None:
+        """None when the service at ``url`` answers its ``/healthz`` with 200, else the
+        reason (its own page says which of its dependencies is down)."""
         async with httpx.AsyncClient(transport=_Lent(self.pool), timeout=READY_TIMEOUT_S) as c:
-            for name, url in (("query", s.query_url), ("ingest", s.ingest_url)):
-                try:
-                    resp = await c.get(f"{url}/readyz")
-                except httpx.HTTPError as exc:
-                    return f"{name} service unreachable at {url}: {exc or type(exc).__name__}"
-                if resp.status_code != 200:
-                    return f"{name} service not ready (HTTP {resp.status_code})"
-        return None
+            try:
+                resp = await c.get(f"{url}/healthz")
+            except httpx.HTTPError as exc:
+                return f"{name} service unreachable at {url}: {exc or type(exc).__name__}"
+        if resp.status_code != 200:
+            return f"{name} service unhealthy (HTTP {resp.status_code})"
+        try:
+            status = resp.json().get("status")
+        except ValueError:
+            status = None
+        return None if status == "ok" else f"{name} service {status or 'unhealthy'}"
+
+    def dependencies(self) -> dict[str, ReadyCheck]:
+        """The read-only checks ``/healthz`` shows: the query and ingest services."""
+        s = self.settings
+        return {
+            "query": lambda: self.upstream("query", s.query_url),
+            "ingest": lambda: self.upstream("ingest", s.ingest_url),
+        }
 
     async def aclose(self) -> None:
         await self.pool.aclose()
@@ -552,7 +563,9 @@ def create_http_app(
     server: MCPServer, gw: Gateway, settings: Settings, registry: CollectorRegistry
 ) -> Starlette:
     """MCP over streamable HTTP at ``/mcp`` (stateless: any replica serves any request), with
-    ``/metrics``, ``/healthz`` and ``/readyz`` (ready = the query and ingest services are)."""
+    ``/metrics``, ``/healthz`` (``degraded`` naming the query or ingest service when either is
+    down) and ``/readyz`` (the gateway alone: a tool call that needs a service that is down
+    fails on its own, with the service's reason)."""
     mcp_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,
@@ -560,13 +573,12 @@ def create_http_app(
         host=settings.http_host,
     )
 
+    checks = gw.dependencies()
+
     async def healthz(_: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse(await health_body(checks))
 
     async def readyz(_: Request) -> Response:
-        reason = await gw.readiness()
-        if reason is not None:
-            return JSONResponse({"status": "not ready", "reason": reason}, 503)
         return JSONResponse({"status": "ready"})
 
     async def metrics(request: Request) -> Response:

@@ -35,7 +35,7 @@ from services.query.handlers import (
     handle_context,
     handle_node,
     handle_search,
-    readiness,
+    redis_health,
     within,
 )
 from services.query.routes import register_memory_routes
@@ -136,7 +136,11 @@ def create_app(
             log.debug("graph size not refreshed: %s", exc)  # the scrape still succeeds
 
     add_ops_routes(
-        app, registry, lambda: readiness(deps), deps.settings, before_scrape=refresh_gauges
+        app,
+        registry,
+        deps.settings,
+        dependencies={"redis": lambda: redis_health(deps)},
+        before_scrape=refresh_gauges,
     )
     return app
 

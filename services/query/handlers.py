@@ -32,7 +32,7 @@ from gaama.store.validity import validity_of
 from gaama.store.vectors import VectorIndex
 from services.query.memories import ForgetDeps, MemoryOut, visible
 from services.runtime.auth import Caller
-from services.runtime.readiness import stores_ready
+from services.runtime.readiness import redis_state
 
 log = logging.getLogger("gaama.query")
 
@@ -532,7 +532,7 @@ def _kind_label(node_id: str) -> str:
         return "unknown"
 
 
-async def readiness(deps: QueryDeps) -> str | None:
-    """None when Redis answers and the vector index exists (recreated when missing, e.g. after
-    a Redis restart without persistence), else the reason."""
-    return await stores_ready(deps.graph.redis, deps.index)
+async def redis_health(deps: QueryDeps) -> str | None:
+    """None when Redis answers and the vector index exists, else the reason (read-only: the
+    index keeper recreates a missing index)."""
+    return await redis_state(deps.graph.redis, deps.index)

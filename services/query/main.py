@@ -41,6 +41,7 @@ from services.runtime.bootstrap import connect_stores
 from services.runtime.heap import settle_heap
 from services.runtime.loop_monitor import LoopMonitor
 from services.runtime.producer import EventProducer
+from services.runtime.readiness import IndexKeeper
 from services.runtime.shutdown import stop_reserve
 
 log = logging.getLogger("gaama.query")
@@ -82,7 +83,7 @@ def build(settings: Settings) -> FastAPI:
         build_embedder(query_embedder_settings(settings), embed_metrics("query", registry)),
         settings,
     )
-    stores = connect_stores(settings, embedder.dim)  # creates the index if missing
+    stores = connect_stores(settings, embedder.dim)  # creates the index if missing and Redis is up
     owned: list[Any] = []
     forgets = ForgetStore(stores.redis, stores.graph.keys)
     producer = EventProducer(settings)  # started on the first forget request
@@ -107,11 +108,13 @@ def build(settings: Settings) -> FastAPI:
             await asyncio.to_thread(warm)  # load the model before taking traffic
         settle_heap(settings, gc_pauses)
         monitor = loop.start()
+        keeper = asyncio.create_task(IndexKeeper(stores.index).run())  # the index after a loss
         log.info("query service ready: embedder=%s llm=%s", embedder.name, settings.llm_enabled)
         try:
             yield
         finally:
             monitor.cancel()
+            keeper.cancel()
             for client in owned:
                 await client.aclose()
             await stores.aclose()

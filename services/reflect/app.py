@@ -30,5 +30,5 @@ def build_app(svc: Service, pipeline: ReflectionPipeline) -> StageApp:
         metrics=svc.metrics,
         batch_size=settings.reflect_batch,
     )
-    add_ops_pages(app, svc.registry, svc.stores.ready, settings)
+    add_ops_pages(app, svc.registry, svc.stores.state, settings)
     return app

@@ -16,7 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from gaama.config import Settings, load_settings
 from gaama.embed import Embedder, build_embedder
-from gaama.errors import ConfigError, GaamaError
+from gaama.errors import ConfigError, GaamaError, StoreUnavailable
 from gaama.forgetting import Forgetting
 from gaama.metrics import (
     StageMetrics,
@@ -35,7 +35,7 @@ from gaama.store.vectors import VectorIndex
 from services.runtime.heap import settle_heap
 from services.runtime.logs import limit_repeats
 from services.runtime.loop_monitor import LoopMonitor
-from services.runtime.readiness import stores_ready
+from services.runtime.readiness import IndexKeeper, redis_state
 from services.runtime.shutdown import start_watchdog
 from services.runtime.worker import StageApp
 
@@ -48,10 +48,10 @@ class Stores:
     graph: GraphStore
     index: VectorIndex
 
-    async def ready(self) -> str | None:
-        """None when Redis answers and the vector index exists (recreated when missing);
-        else the reason."""
-        return await stores_ready(self.redis, self.index)
+    async def state(self) -> str | None:
+        """None when Redis answers and the vector index exists, else the reason (read-only:
+        :class:`IndexKeeper` recreates a missing index)."""
+        return await redis_state(self.redis, self.index)
 
     async def aclose(self) -> None:
         await self.redis.aclose()
@@ -89,7 +89,13 @@ async def ensure_index(settings: Settings, dim: int) -> None:
 
 
 def connect_stores(settings: Settings, dim: int) -> Stores:
-    asyncio.run(ensure_index(settings, dim))
+    """The stores, the index ensured first. Redis being down is no reason not to start: the
+    service serves what does not need it, and :class:`IndexKeeper` creates the index once Redis
+    answers; a bad setting or an index of another dimension still stops the start."""
+    try:
+        asyncio.run(ensure_index(settings, dim))
+    except StoreUnavailable as exc:
+        log.warning("Redis is down at start (%s); the index is ensured once it answers", exc)
     client = connect(
         settings.redis_url,
         cluster=settings.redis_cluster,
@@ -178,6 +184,7 @@ def serve(
     app = wire(Service(name, settings, registry, metrics, embedder, stores))
     # How busy the worker's event loop is (started with the app's other tasks, stopped with it).
     app.task(LoopMonitor(loop_metrics(name, registry)).run)
+    app.task(IndexKeeper(stores.index).run)  # the index back after Redis lost it
     return run_worker(
         app,
         settings,

@@ -8,13 +8,14 @@ errors, the API-key dependency, the request-body limit and the ops routes.
 - :class:`BodyLimit` refuses a request body over ``GAAMA_HTTP_MAX_BODY_BYTES`` with 413 before
   anything parses it: by its ``Content-Length`` at once, or while a chunked body streams in.
 - :func:`add_ops_routes`: ``/metrics`` (behind ``GAAMA_METRICS_TOKEN`` when set), ``/healthz``
-  (the process serves) and ``/readyz`` (dependencies answer; 503 with the reason otherwise).
+  (``ok``, or ``degraded`` naming the dependency that is down) and ``/readyz`` (the pod itself
+  serves; a dependency outage never makes it unready).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, HTTPException, Request, Response
@@ -27,9 +28,11 @@ from gaama.config import Settings
 from gaama.errors import GaamaError, LLMOutputError, NotFound, RetryableError, ValidationError
 from services.runtime.auth import Authenticator, AuthError, Caller, metrics_allowed
 from services.runtime.progress import Progress
+from services.runtime.readiness import dependency_states
 from services.runtime.stall import Stall
 
-ReadyCheck = Callable[[], Awaitable[str | None]]  # None when ready, else the reason
+ReadyCheck = Callable[[], Awaitable[str | None]]  # None when up, else the reason
+Serving = Callable[[], str | None]  # None while the pod serves, else why not
 
 
 def status_of(exc: GaamaError) -> int:
@@ -196,23 +199,33 @@ def metrics_refused(request: Request, settings: Settings) -> Response | None:
 def add_ops_routes(
     app: FastAPI,
     registry: CollectorRegistry,
-    ready: ReadyCheck,
     settings: Settings,
     *,
+    dependencies: Mapping[str, ReadyCheck] | None = None,
+    serving: Serving | None = None,
     before_scrape: Callable[[], Awaitable[None]] | None = None,
     stall: Stall | None = None,
     progress: Progress | None = None,
 ) -> None:
     """``/metrics``, ``/healthz`` and ``/readyz`` (not in the OpenAPI document).
 
+    ``/readyz`` is about the pod alone: 200 while it serves, 503 once it shuts down
+    (``serving``) or its no-progress watchdog tripped; a dependency being down never makes it
+    unready (the requests that need the dependency answer 503 with ``Retry-After`` instead).
+    ``/healthz`` (the liveness probe) is 200 with ``"status": "ok"``, or ``"degraded"`` naming
+    each dependency that is down and the stage's stall; 503 only when the watchdog tripped.
+    Neither writes anything.
+
     Args:
+        dependencies: Each dependency's read-only check (None when up, else the reason).
+        serving: None while the pod serves, else why not (shutting down).
         before_scrape: Refreshes gauges before a scrape; it must not raise.
-        stall: A consumer stage's outage state: while it retries one, ``/healthz`` says
-            ``stalled`` (still 200: a restart would not help) and ``/readyz`` answers 503 with
-            the reason and since when.
+        stall: A consumer stage's outage state: while it retries one, ``/healthz`` shows it
+            under ``"stalled"`` (still 200: a restart would not help).
         progress: A consumer stage's no-progress watchdog: once it trips, ``/healthz`` and
             ``/readyz`` answer 503 (``"status": "no_progress"``): only a restart helps.
     """
+    checks = dict(dependencies or {})
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:
@@ -222,10 +235,6 @@ def add_ops_routes(
             await before_scrape()
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    def stalled() -> dict[str, str] | None:
-        now = stall.current() if stall is not None else None
-        return None if now is None else now.as_json()
-
     def wedged() -> dict[str, str] | None:
         return progress.wedged() if progress is not None else None
 
@@ -233,28 +242,50 @@ def add_ops_routes(
     async def healthz() -> JSONResponse:
         if (state := wedged()) is not None:
             return JSONResponse(state, 503)
-        return JSONResponse(stalled() or {"status": "ok"}, 200)
+        return JSONResponse(await health_body(checks, stall), 200)
 
     @app.get("/readyz", include_in_schema=False)
     async def readyz() -> JSONResponse:
-        if (state := wedged() or stalled()) is not None:
+        if (state := wedged()) is not None:
             return JSONResponse(state, 503)
-        reason = await ready()
-        if reason is not None:
+        if serving is not None and (reason := serving()) is not None:
             return JSONResponse({"status": "not ready", "reason": reason}, 503)
         return JSONResponse({"status": "ready"}, 200)
+
+
+async def health_body(
+    checks: Mapping[str, ReadyCheck], stall: Stall | None = None
+) -> dict[str, Any]:
+    """``{"status": "ok" | "degraded", "dependencies": {name: "ok" | reason}}``, with
+    ``"stalled"`` (reason, since when) while a consumer stage retries an outage."""
+    states = await dependency_states(checks)
+    stalled = stall.current() if stall is not None else None
+    down = stalled is not None or any(v != "ok" for v in states.values())
+    body: dict[str, Any] = {"status": "degraded" if down else "ok", "dependencies": states}
+    if stalled is not None:
+        body["stalled"] = {k: v for k, v in stalled.as_json().items() if k != "status"}
+    return body
 
 
 def ops_app(
     service: str,
     registry: CollectorRegistry,
-    ready: ReadyCheck,
     settings: Settings,
     *,
+    dependencies: Mapping[str, ReadyCheck] | None = None,
+    serving: Serving | None = None,
     stall: Stall | None = None,
     progress: Progress | None = None,
 ) -> FastAPI:
     """The HTTP app of a consumer without endpoints of its own: the ops routes only."""
     app = FastAPI(title=f"GAAMA {service}", openapi_url=None, docs_url=None, redoc_url=None)
-    add_ops_routes(app, registry, ready, settings, stall=stall, progress=progress)
+    add_ops_routes(
+        app,
+        registry,
+        settings,
+        dependencies=dependencies,
+        serving=serving,
+        stall=stall,
+        progress=progress,
+    )
     return app

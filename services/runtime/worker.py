@@ -38,7 +38,7 @@ from gaama.store.durability import Durability
 from gaama.store.keys import Keys
 from services.runtime.acks import acknowledge, run_batches
 from services.runtime.background import Periodic
-from services.runtime.http import ReadyCheck, ops_app
+from services.runtime.http import ReadyCheck, Serving, ops_app
 from services.runtime.kafka import Transport, faust_credentials
 from services.runtime.lag import LagMonitor
 from services.runtime.policy import Handler, backoff_delay, process_batch
@@ -58,7 +58,7 @@ __all__ = [
     "make_app",
     "serve_http",
     "stage_app",
-    "stage_ready",
+    "stage_serving",
 ]
 
 #: Largest request head (line + headers) buffered before a request is refused: big enough that an
@@ -400,26 +400,26 @@ def serve_http(app: faust.App, api: FastAPI, settings: Settings) -> None:
     )
 
 
-def stage_ready(app: StageApp, ready: ReadyCheck) -> ReadyCheck:
-    """``ready``, and not ready once shutdown has begun."""
+def stage_serving(app: StageApp) -> Serving:
+    """The stage's own readiness: it serves until shutdown has begun."""
 
-    async def check() -> str | None:
-        if app.drain.stopping:
-            return "shutting down"
-        return await ready()
+    def serving() -> str | None:
+        return "shutting down" if app.drain.stopping else None
 
-    return check
+    return serving
 
 
 def add_ops_pages(
-    app: StageApp, registry: CollectorRegistry, ready: ReadyCheck, settings: Settings
+    app: StageApp, registry: CollectorRegistry, redis: ReadyCheck, settings: Settings
 ) -> None:
-    """Serve only ``/metrics``, ``/healthz`` and ``/readyz`` (a consumer without endpoints)."""
+    """Serve only ``/metrics``, ``/healthz`` and ``/readyz`` (a consumer without endpoints);
+    ``redis`` is the read-only check of the stage's one dependency shown by ``/healthz``."""
     api = ops_app(
         app.conf.id,
         registry,
-        stage_ready(app, ready),
         settings,
+        dependencies={"redis": redis},
+        serving=stage_serving(app),
         stall=app.stall,
         progress=app.progress,
     )

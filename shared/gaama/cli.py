@@ -124,6 +124,15 @@ def _mcp(_: argparse.Namespace) -> int:
     return 0  # not reached
 
 
+def _dlq(args: argparse.Namespace) -> int:
+    """Become the dead-letter tools (``services.dlq``): they speak Kafka, which the core does
+    not, so the process is replaced as for ``gaama mcp``."""
+    sys.stdout.flush()
+    argv = [sys.executable, "-m", "services.dlq.main", *args.rest]
+    os.execv(sys.executable, argv)
+    return 0  # not reached
+
+
 def build_parser() -> argparse.ArgumentParser:
     from gaama import cli_memory, cli_token, demo, devstack
 
@@ -174,6 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     mcp.set_defaults(func=_mcp)
 
+    dlq = sub.add_parser(
+        "dlq",
+        add_help=False,
+        help="the dead-letter topics: list, show, replay [--reason R] [--since T] [--dry-run] "
+        "(gaama dlq --help; docs/operations.md, 'GaamaDeadLetters')",
+    )
+    dlq.add_argument("rest", nargs=argparse.REMAINDER)
+    dlq.set_defaults(func=_dlq)
+
     demo.register(sub)
     cli_memory.register(sub)
     cli_token.register(sub)
@@ -206,6 +224,9 @@ def run(parser: argparse.ArgumentParser, argv: list[str] | None, prog: str) -> i
 
 
 def main(argv: list[str] | None = None) -> int:
+    given = sys.argv[1:] if argv is None else argv
+    if given[:1] == ["dlq"]:  # its options are its own, --help included
+        return _dlq(argparse.Namespace(rest=given[1:]))
     return run(build_parser(), argv, "gaama")
 
 

@@ -20,7 +20,7 @@ from gaama.store import cluster
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
-from services.runtime.readiness import stores_ready
+from services.runtime.readiness import IndexKeeper, redis_state
 from tests.integration.test_graph_store import episode
 
 pytestmark = pytest.mark.requires_stack
@@ -187,12 +187,13 @@ async def _write_all_from(graph: GraphStore, tenant: str, first: int, end: int) 
     return out
 
 
-async def test_a_primary_that_joins_gets_the_index_from_readiness(
+async def test_a_primary_that_joins_gets_the_index_from_the_keeper(
     graph: GraphStore, index: VectorIndex, keys: Keys, redis_client, tmp_path
 ):
     """A primary added to the cluster and given a tenant's slot has no vector index: the index
-    is not ready, the readiness check creates it there, and the tenant's searches then find its
-    nodes (indexed when they were migrated in, or when the index was created)."""
+    is not ready, the health check reports it missing without creating it, the index keeper
+    creates it there, and the tenant's searches then find its nodes (indexed when they were
+    migrated in, or when the index was created)."""
     tenant = "joiner"
     for i in range(10):
         await graph.append_episode(episode(tenant, "c", str(i), f"turn {i}", _vector(i)))
@@ -206,7 +207,9 @@ async def test_a_primary_that_joins_gets_the_index_from_readiness(
         await asyncio.to_thread(devstack.move_slot, source.port, slot, port)
         moved = True
         assert not await index.ready()
-        assert await stores_ready(redis_client, index) is None
+        assert "missing" in (await redis_state(redis_client, index) or "")
+        assert not await index.ready(), "the health check created the index"
+        assert await IndexKeeper(index).tick()
         assert await index.ready()
         want = episode(tenant, "c", "4", "", _vector(4)).id
         deadline = time.monotonic() + SEARCH_DEADLINE_S

@@ -190,7 +190,8 @@ async def test_http_turns_validation_and_auth(ingest, graph: GraphStore):
     expected = [ids.episode_id("tenant-a", "web", "1"), ids.episode_id("tenant-a", "web", "2")]
     assert r.json() == {"accepted": 2, "episode_ids": expected}
     assert await wait_for(lambda: _chain_len(graph, "tenant-a", "web", 2)) == expected
-    assert httpx.get(f"{ingest.url}/healthz").json() == {"status": "ok"}
+    health = httpx.get(f"{ingest.url}/healthz").json()
+    assert health == {"status": "ok", "dependencies": {"redis": "ok", "broker": "ok"}}
 
 
 def test_the_worker_keeps_faust_data_out_of_the_working_directory(

@@ -232,8 +232,13 @@ async def test_bad_input_and_a_service_down_are_tool_errors(stack_services):
             # The gateway keeps serving: the ingest path still works.
             ok = await session.call_tool("remember", {"conversation": "c", "text": "still here"})
             assert not ok.is_error, text(ok)
+    # The gateway stays ready (its readiness is its own); its health names the service down.
     ready = httpx.get(f"{mcp_url}/readyz")
-    assert ready.status_code == 503 and "query service" in ready.json()["reason"]
+    assert ready.status_code == 200 and ready.json() == {"status": "ready"}
+    health = httpx.get(f"{mcp_url}/healthz")
+    assert health.status_code == 200 and health.json()["status"] == "degraded"
+    deps = health.json()["dependencies"]
+    assert "query service unreachable" in deps["query"] and deps["ingest"] == "ok", deps
 
 
 async def test_list_then_forget_hides_at_once(stack_services):

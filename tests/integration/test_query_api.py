@@ -23,6 +23,7 @@ from gaama.store.vectors import VectorIndex
 from services.query.app import create_app
 from services.query.handlers import QueryDeps
 from services.query.main import answerer_factory
+from services.runtime.readiness import IndexKeeper
 from tests.fakes.openai_server import FakeOpenAIServer, good
 from tests.integration.test_search import Built, build_memory
 from tests.support.services import wait_for
@@ -244,7 +245,7 @@ async def test_ops_endpoints(
     api: tuple[httpx.AsyncClient, CollectorRegistry], two_tenants: tuple[Built, Built]
 ) -> None:
     c, _ = api
-    assert (await c.get("/healthz")).json() == {"status": "ok"}
+    assert (await c.get("/healthz")).json() == {"status": "ok", "dependencies": {"redis": "ok"}}
     r = await c.get("/readyz")
     assert r.status_code == 200 and r.json() == {"status": "ready"}
     await c.post("/v1/search", headers=A, json={"query": "pottery"})
@@ -265,7 +266,7 @@ async def test_ops_endpoints(
     assert {"/v1/search", "/v1/answer", "/v1/nodes/{node_id}"} <= set(spec["paths"])
 
 
-async def test_readyz_reports_why(
+async def test_redis_down_is_the_services_own_503_while_it_stays_ready(
     settings: Settings, graph: GraphStore, embedder: MiniLMEmbedder, redis_client: aioredis.Redis
 ) -> None:
     s = with_keys(settings)
@@ -274,27 +275,40 @@ async def test_readyz_reports_why(
     client, _ = make_app(s, dead_graph, VectorIndex(dead, "x", 384), embedder)
     async with client:
         r = await client.get("/readyz")
-        assert r.status_code == 503 and "redis unreachable" in r.json()["reason"]
+        assert r.status_code == 200 and r.json() == {"status": "ready"}
+        r = await client.get("/healthz")
+        assert r.status_code == 200 and r.json()["status"] == "degraded"
+        assert "redis unreachable" in r.json()["dependencies"]["redis"]
         r = await client.get("/v1/nodes/fa_x", headers=A)
         assert r.status_code == 503 and "Redis unavailable" in r.json()["error"]
+        assert r.headers["Retry-After"] == str(s.http_retry_after_s)
+        r = await client.post("/v1/search", headers=A, json={"query": "pottery"})
+        assert r.status_code == 503 and "Redis unavailable" in r.json()["error"]
+        assert r.headers["Retry-After"] == str(s.http_retry_after_s)
     await dead.aclose()
 
 
-async def test_readiness_recreates_a_dropped_index(
+async def test_probes_never_create_the_index_the_keeper_does(
     api: tuple[httpx.AsyncClient, CollectorRegistry],
     two_tenants: tuple[Built, Built],
     index: VectorIndex,
     redis_client: aioredis.Redis,
 ) -> None:
-    """A Redis restart without persistence loses the index: readiness recreates it, and the
-    Query Engine indexes the node hashes again, with no restart of the service."""
+    """A Redis restart without persistence loses the index: the probes only report it (they
+    write nothing), the index keeper recreates it, and the Query Engine indexes the node hashes
+    again, with no restart of the service."""
     c, _ = api
     r = await c.post("/v1/search", headers=A, json={"query": "pottery"})
     before = {i["id"] for i in r.json()["ranked"]}
     await index.drop()  # FT.DROPINDEX (on every primary of a cluster): keeps the documents
     assert not await index.ready()
-    r = await c.get("/readyz")
-    assert r.status_code == 200, r.text
+    for _ in range(3):
+        assert (await c.get("/readyz")).status_code == 200
+        health = await c.get("/healthz")
+        assert health.status_code == 200 and health.json()["status"] == "degraded"
+        assert "missing" in health.json()["dependencies"]["redis"]
+    assert not await index.ready(), "a probe created the index"
+    assert await IndexKeeper(index).tick()
     assert await index.ready()
 
     async def reindexed() -> bool:
@@ -302,6 +316,7 @@ async def test_readiness_recreates_a_dropped_index(
         return r.status_code == 200 and {i["id"] for i in r.json()["ranked"]} == before
 
     assert await wait_for(reindexed, timeout=30)
+    assert (await c.get("/healthz")).json()["status"] == "ok"
 
 
 async def test_answer_needs_an_llm(api: tuple[httpx.AsyncClient, CollectorRegistry]) -> None:
