@@ -237,7 +237,12 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" (?P<new>new )?(?:\w+ )?(?P<k>{_PETS}) (?:named|called) {_PERSON}",
     ),
     ("pet:", rf"(?P<new>new )?(?P<k>{_PETS})(?:'s name)? is(?: now)?(?: named| called)? {_PERSON}"),
-    ("count:", rf"(?:has|have|owns?|keeps?)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
+    # "a new rabbit, Ziggy, ..." / "new rabbit Ziggy arrived": the new pet of that kind
+    (
+        "pet:",
+        rf"(?:(?:has|have|got|adopted|rescued) (?:a|an) )?(?P<new>new )(?P<k>{_PETS}),? {_PERSON}",
+    ),
+    ("count:", rf"(?:has|have|owns?|keeps?|up to)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
     (
         "thing:",
         r"(?:drives?|driving|rides?|riding) (?:a|an|the) (?P<k>)(?P<v>[A-Z][\w-]*(?: \w+)?)",
@@ -257,6 +262,24 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" {_PHONE}",
     ),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
+]
+# Sentences that name no holder: what the fact's subject says of themself ("Aarhus is home
+# now", "Please use 0755 123456 from now on").
+_HOLDERLESS: list[tuple[str, str]] = [
+    ("residence", rf"^(?i:life|living|home) in {_PLACE}\b"),
+    ("residence", rf"^{_PLACE} (?:is|has been|'s)(?: now)? (?:(?:my|our) )?(?:new )?home\b"),
+    ("employer", rf"^(?i:work|the job|the new job|my job|my new job) (?:at|for|with) {_ORG}"),
+    ("phone", rf"^(?i:(?:please )?(?:use|call|ring|text|try|reach)) (?:me )?(?:on |at )?{_PHONE}"),
+    (
+        "phone",
+        rf"^(?i:the|my) (?:new |correct |right )?(?:phone |mobile )?number is(?: now)? {_PHONE}",
+    ),
+    ("phone", rf"^(?i:it's|it is|that's|that is)(?: now| actually)? {_PHONE}"),
+    (
+        "email",
+        rf"^(?i:(?:please )?(?:write to|e-?mail|mail|send (?:things|it|stuff|mail|everything)"
+        rf" to|use|reach)) (?:me )?(?:at |on )?{_EMAIL}",
+    ),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
     # "Sushi is now Dana's favourite food"
@@ -324,13 +347,25 @@ def _holder_ok(who: str, names: Sequence[str]) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _compiled() -> tuple[list[tuple[str, re.Pattern[str]]], list[tuple[str, re.Pattern[str]]]]:
+def _compiled() -> tuple[
+    list[tuple[str, re.Pattern[str]]],
+    list[tuple[str, re.Pattern[str]]],
+    list[tuple[str, re.Pattern[str]]],
+]:
     own = [(attr, re.compile(rf"^{_WHO}(?:'s)? {_AUX}{body}")) for attr, body in _SUBJECT_RULES]
     first = [(attr, re.compile(body)) for attr, body in _VALUE_FIRST]
-    return own, first
+    bare = [(attr, re.compile(body)) for attr, body in _HOLDERLESS]
+    return own, first, bare
 
 
 _HOLDER_ONLY = re.compile(rf"^{_WHO}(?:'s)?\s+{_AUX}$")
+
+
+# A sentence-initial phrase of lower-case words before the holder ("With the new arrival Kofi
+# is up to five rabbits").
+_OPENING_PHRASE = re.compile(
+    r"^(?i:with|after|since|following|now that|as of|from) (?:[a-z][\w'-]* ){0,4}?,?\s*(?=[A-Z])"
+)
 
 
 def _lead(sentence: str) -> str:
@@ -362,9 +397,12 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
         return Claim("plan", _norm(what), "cancelled", salient(what, names), correction)
     if _HEDGE.search(body):
         return None
-    stop = bool(_NEG_STOP.search(body))
+    stopping = _NEG_STOP.search(body)
     denied = _NEGATED.search(body)
     plain = _positive(body, names, correction)
+    stop = stopping is not None
+    if stopping and plain is not None and _CLAUSE.search(body, plain[1], stopping.start()):
+        stop = False  # "no longer" in a later clause is about what that clause says
     if denied and plain is not None and denied.start() >= plain[1]:
         denied = None  # a negation in a later clause ("..., it never lets me down")
     if denied:
@@ -408,11 +446,31 @@ def _owned_by_other(phrase: str, names: Sequence[str]) -> bool:
     return m is not None and not _holder_ok(m[1], names)
 
 
+# Where a later clause may open with its own holder ("..., so Priya has three parrots now").
+_CLAUSE = re.compile(r"(?:[,;:]|\s-|\s–)\s+(?:(?:so|and|but|now|because)\s+)?")
+
+
 def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim, int] | None:
-    """The first attribute claim ``body`` makes of its holder, and where its match ends."""
-    own, first = _compiled()
+    """The first attribute claim ``body`` makes of its holder, and where its match ends: read
+    from the sentence's start, then from each later clause's."""
+    starts = [0, *(m.end() for m in _CLAUSE.finditer(body))]
+    for start in starts:
+        clause = body[start:]
+        opening = _OPENING_PHRASE.match(clause)
+        skip = opening.end() if opening else 0
+        found = _positive_at(clause[skip:], names, correction, bare=start == 0)
+        if found is not None:
+            return found[0], start + skip + found[1]
+    return None
+
+
+def _positive_at(
+    body: str, names: Sequence[str], correction: bool, bare: bool
+) -> tuple[Claim, int] | None:
+    """The claim ``body`` makes from its start; holder-less readings only when ``bare``."""
+    own, first, holderless = _compiled()
     for attr, pattern in own:
-        m = pattern.search(body)
+        m = pattern.match(body)
         if m is None or not _holder_ok(m["who"], names):
             continue
         groups = m.groupdict()
@@ -439,6 +497,12 @@ def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim,
         if m and _holder_ok(m["who"], names):
             claim = Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
             return claim, m.end()
+    if bare:
+        for attr, pattern in holderless:
+            m = pattern.match(body)
+            if m and (value := _norm(m["v"])):
+                words = salient(m["v"], names)
+                return Claim(attr, value, None, words, correction), m.end()
     return None
 
 
