@@ -206,7 +206,10 @@ def _species(word: str) -> str:
 # names the kind of pet, possession or favourite).
 _SUBJECT_RULES: list[tuple[str, str]] = [
     ("residence", rf"(?:moved|relocated|emigrated)(?: back| over| away)? to {_PLACE}"),
-    ("residence", rf"(?:lives?|living|resides?|residing|settled|based|staying) in {_PLACE}"),
+    (
+        "residence",
+        rf"(?:lives?|living|resides?|residing|(?:all )?settled|based|staying) in {_PLACE}",
+    ),
     ("residence", rf"calls? {_PLACE} home"),
     ("residence", rf"(?:new )?home is(?: now)? in {_PLACE}"),
     ("address", r"(?:new )?(?:home )?address is(?: now)? (?P<v>\d[\w ,.'-]+)"),
@@ -228,8 +231,13 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
     ("role", rf"(?:works?|working|started|serves?) as (?:a|an|the) {_PHRASE}"),
     ("role", rf"(?:got )?promoted to {_PHRASE}"),
     ("role", rf"(?:became|is now|'s now) (?:a|an|the) (?:new )?{_PHRASE}"),
+    ("role", rf"(?:is|'s|am|'m) (?:a|an) (?:new )?{_PHRASE} now\b"),
     ("role", rf"(?:new )?(?:role|job title|title|position) is(?: now)? (?:a |an |the )?{_PHRASE}"),
-    ("partner", rf"(?:dating|seeing|engaged to|married to|married|together with) {_PERSON}"),
+    (
+        "partner",
+        rf"(?:dating|seeing|going out with|engaged to|married to|married|together with)"
+        rf" {_PERSON}",
+    ),
     ("partner", rf"(?:new )?(?:{_PARTNER})(?:'s name)? is(?: now)?(?: called| named)? {_PERSON}"),
     (
         "pet+:",
@@ -263,13 +271,21 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
     ),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
 ]
+_OBJ = r"(?P<obj>me|[A-Z][\w'-]*)"
 # Sentences that name no holder: what the fact's subject says of themself ("Aarhus is home
 # now", "Please use 0755 123456 from now on").
 _HOLDERLESS: list[tuple[str, str]] = [
     ("residence", rf"^(?i:life|living|home) in {_PLACE}\b"),
     ("residence", rf"^{_PLACE} (?:is|has been|'s)(?: now)? (?:(?:my|our) )?(?:new )?home\b"),
     ("employer", rf"^(?i:work|the job|the new job|my job|my new job) (?:at|for|with) {_ORG}"),
-    ("phone", rf"^(?i:(?:please )?(?:use|call|ring|text|try|reach)) (?:me )?(?:on |at )?{_PHONE}"),
+    (
+        "role",
+        r"^(?i:being) (?:a|an|the) (?P<v>[\w'-]+(?: [\w'-]+)?) (?:means|is|has|keeps|takes)\b",
+    ),
+    (
+        "phone",
+        rf"^(?i:(?:please )?(?:use|call|ring|text|try|reach))(?: {_OBJ})?(?: on| at)? {_PHONE}",
+    ),
     (
         "phone",
         rf"^(?i:the|my) (?:new |correct |right )?(?:phone |mobile )?number is(?: now)? {_PHONE}",
@@ -277,11 +293,26 @@ _HOLDERLESS: list[tuple[str, str]] = [
     ("phone", rf"^(?i:it's|it is|that's|that is)(?: now| actually)? {_PHONE}"),
     (
         "email",
-        rf"^(?i:(?:please )?(?:write to|e-?mail|mail|send (?:things|it|stuff|mail|everything)"
-        rf" to|use|reach)) (?:me )?(?:at |on )?{_EMAIL}",
+        rf"^(?i:(?:please )?(?:write|e-?mail|mail|send (?:things|it|stuff|mail|everything)|use|"
+        rf"reach))(?: to)?(?: {_OBJ})?(?: at| on| to)? {_EMAIL}",
     ),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
+    # "First week at Priya's new job at Initech went great"
+    ("employer", rf"\b{_WHO}'s (?:new )?(?:job|position|role|internship) (?:at|with) {_ORG}"),
+    # "Nothing beats ramen, my favourite dish by far"
+    (
+        "favourite:",
+        r"(?P<v>[\w'&-]+(?: [\w'&-]+){0,3}), " + _WHO + r"'s (?:new )?(?:all-time )?favou?rite"
+        r" (?P<k>[a-z]+)\b",
+    ),
+    # "Ramen has replaced lasagne as my favourite dish"
+    (
+        "favourite:",
+        r"(?P<v>[\w'&-]+(?: [\w'&-]+){0,2}) (?:has |have )?(?:replaced|overtaken|beaten) .+? as "
+        + _WHO
+        + r"'s (?:new )?favou?rite (?P<k>[a-z]+)\b",
+    ),
     # "Sushi is now Dana's favourite food"
     (
         "favourite:",
@@ -371,7 +402,8 @@ _OPENING_PHRASE = re.compile(
 def _lead(sentence: str) -> str:
     # Discourse openers and interjections before the holder ("Actually, ...", "Oh and ...").
     return re.sub(
-        r"^(?:(?:actually|so|well|oh|and|also|anyway|btw|correction|sorry|oops|wait|update|"
+        r"^(?:(?:actually|so|well|oh|and|also|anyway|btw|correction|sorry|oops|wait|update|sadly|"
+        r"unfortunately|tragically|honestly|"
         r"quick update|news|fyi|ok|okay|right|yes|no|nope)\b[\s,:!-]*)+",
         "",
         sentence,
@@ -447,7 +479,9 @@ def _owned_by_other(phrase: str, names: Sequence[str]) -> bool:
 
 
 # Where a later clause may open with its own holder ("..., so Priya has three parrots now").
-_CLAUSE = re.compile(r"(?:[,;:]|\s-|\s–)\s+(?:(?:so|and|but|now|because)\s+)?")
+_CLAUSE = re.compile(
+    r"(?:[,;:]|\s-|\s–)\s+(?:(?:so|and|but|now|because)\s+)?|\s+(?:and|so|but)\s+(?=[A-Z])"
+)
 
 
 def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim, int] | None:
@@ -495,15 +529,29 @@ def _positive_at(
     for attr, pattern in first:
         m = pattern.search(body)
         if m and _holder_ok(m["who"], names):
-            claim = Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
-            return claim, m.end()
+            kind = (m.groupdict().get("k") or "").lower()
+            attribute = f"{attr}{kind}" if attr.endswith(":") else attr
+            value = _norm(re.sub(_VALUE_OPENERS, "", m["v"]))
+            if value:
+                return Claim(attribute, value, None, frozenset(), correction), m.end()
     if bare:
         for attr, pattern in holderless:
             m = pattern.match(body)
+            obj = m.groupdict().get("obj") if m else None
+            if obj not in (None, "me") and not _holder_ok(str(obj), names):
+                continue  # "call Dana on ...": Dana's number, not the speaker's
             if m and (value := _norm(m["v"])):
                 words = salient(m["v"], names)
                 return Claim(attr, value, None, words, correction), m.end()
     return None
+
+
+# Words before a value that are not part of it ("These days shakshuka", "Nothing beats ramen").
+_VALUE_OPENERS = re.compile(
+    r"^(?:(?:these days|nowadays|now|nothing beats|i love|i adore|definitely|honestly|"
+    r"still)\s+)+",
+    re.IGNORECASE,
+)
 
 
 # --- endings ---------------------------------------------------------------------------------
@@ -552,17 +600,36 @@ def ends(new: NewFact, current: Sequence[CurrentFact]) -> list[Ending]:
         current: The same person's current facts.
     """
     names = _names(new.subject)
-    claim = read_claim(new.text, names)
-    if claim is None:
+    claims = _claims(new.text, names)
+    if not claims:
         return []
     new_key = _norm(_clean(new.text))
     out: list[Ending] = []
     for old in current:
         if old.time > new.time or _norm(_clean(old.text)) == new_key:
             continue
-        reason = _ending(claim, old, names)
-        if reason is not None:
-            out.append(Ending(old.id, reason, claim.attribute))
+        for claim in claims:
+            reason = _ending(claim, old, names)
+            if reason is not None:
+                out.append(Ending(old.id, reason, claim.attribute))
+                break
+    return out
+
+
+def _claims(text: str, names: Sequence[str]) -> list[Claim]:
+    """The claims of a sentence, then those of each later clause that names its own holder
+    ("Send things to a@b.example, Dana doesn't check c@d.example any more")."""
+    out = [c] if (c := read_claim(text, names)) is not None else []
+    raw = _lead(_clean(text))
+    correction = bool(_CORRECTION.search(raw))
+    if raw.endswith("?") or (_HEDGE.search(raw) and not _CANCEL.search(raw)):
+        return out
+    for m in _CLAUSE.finditer(raw):
+        rest = raw[m.end() :]
+        who = re.match(rf"^{_WHO}(?:'s)?\s", rest)
+        if who and _holder_ok(who["who"], names):
+            if (c := read_claim(rest, names)) is not None and c not in out:
+                out.append(Claim(c.attribute, c.value, c.stopped, c.words, correction))
     return out
 
 
