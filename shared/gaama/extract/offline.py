@@ -44,6 +44,7 @@ from gaama.extract.types import (
     ReflectionDraft,
     ReflectionInput,
 )
+from gaama.extract.updates import retraction_request
 
 __all__ = ["OfflineExtractor"]
 
@@ -316,6 +317,8 @@ class OfflineExtractor:
             sentence = _strip_address(raw, vocatives)
             if not sentence or sentence.rstrip().endswith("?"):
                 continue
+            if retraction_request(sentence) is not None:
+                continue  # a request to the memory ("forget my ...") is not a fact
             if raw[:1].islower() and sentence == raw:
                 # A subject-less note such as "shares a photo of ...": the speaker did it.
                 sentence = f"{ep.speaker} {sentence}"

@@ -627,9 +627,10 @@ def _claims(text: str, names: Sequence[str]) -> list[Claim]:
     for m in _CLAUSE.finditer(raw):
         rest = raw[m.end() :]
         who = re.match(rf"^{_WHO}(?:'s)?\s", rest)
-        if who and _holder_ok(who["who"], names):
-            if (c := read_claim(rest, names)) is not None and c not in out:
-                out.append(Claim(c.attribute, c.value, c.stopped, c.words, correction))
+        if not (who and _holder_ok(who["who"], names)):
+            continue
+        if (c := read_claim(rest, names)) is not None and c not in out:
+            out.append(Claim(c.attribute, c.value, c.stopped, c.words, correction))
     return out
 
 
@@ -687,6 +688,11 @@ _FORGET = re.compile(
     r"\s+(?P<target>.+)$",
     re.IGNORECASE,
 )
+_RATHER_NOT = re.compile(
+    r"^(?:i'?d|i would) (?:rather|prefer(?: it if)?) (?:that )?you (?:didn'?t|did not|don'?t|not|"
+    r"wouldn'?t) (?:keep|remember|store|save|hold on to|know)\s+(?P<target>[^,;]+)",
+    re.IGNORECASE,
+)
 _UNTRUE = re.compile(
     r"^(?:(?:oh|and|also|so|actually|wait|well)\b[\s,:-]*)*(?:that|this|it)(?:'s| is| isn't|"
     r" is not|'s not| was)\s*(?:not |no longer )?(?:true|right|correct|the case|accurate|"
@@ -715,17 +721,29 @@ def retraction_request(text: str) -> Retraction | None:
     Args:
         text: What the speaker said (one turn, first person).
     """
-    for sentence in split_sentences(_clean(text)):
+    sentences = split_sentences(_clean(text))
+    for n, sentence in enumerate(sentences):
         s = sentence.strip().rstrip("?.! ")
-        if m := _FORGET.match(s):
+        if m := (_FORGET.match(s) or _RATHER_NOT.match(s)):
             target = m["target"]
             for _ in range(3):
                 target = _TRAILER.sub("", _ABOUT.sub("", target.strip())).strip(" ,.")
             if salient(target):
                 return Retraction(target, redact=True)
         if _UNTRUE.match(s):
-            return Retraction("", redact=False)
+            # "that" is what the turn named before it ("Remember my pollen allergy? That's not
+            # true any more"), else the speaker's previous statement
+            before = " ".join(_REMINDER.sub("", x).strip(" ?.!,") for x in sentences[:n])
+            return Retraction(before if salient(before) else "", redact=False)
     return None
+
+
+# A reminder that opens what a retraction refers to ("Remember my ...?", "You know how I ...").
+_REMINDER = re.compile(
+    r"^(?:(?:do )?you )?(?:remember|recall|know)(?: how| that| when)?(?: i (?:said|told you))?"
+    r"(?: about)?\s+|^about\s+",
+    re.IGNORECASE,
+)
 
 
 # Words of a request that name an attribute rather than a value ("my job", "where I live").
@@ -793,8 +811,9 @@ def retracted(
             for a in attributes
         )
         have = salient(fact.text, names)
-        named = bool(words) and (words <= have or len(words & have) >= 2)
-        named = named or (len(words) >= 2 and len(words & have) >= 1 and by_attribute)
+        shared = _shared(words, have)
+        named = bool(words) and (len(shared) == len(words) or len(shared) >= 2)
+        named = named or (len(words) >= 2 and len(shared) >= 1 and by_attribute)
         if named or (by_attribute and not (words - set(_TARGET_ATTRIBUTES)) - have):
             out.append(Ending(fact.id, "retracted", claim.attribute if claim else ""))
     return out

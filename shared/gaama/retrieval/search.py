@@ -100,7 +100,7 @@ from gaama.retrieval.timeq import query_periods
 from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion, ReadAhead
-from gaama.store.validity import VALIDITY_FIELDS
+from gaama.store.validity import REDACTED_AT, VALIDITY_FIELDS
 from gaama.store.vectors import VectorIndex
 
 # The request's bounds and result types are defined in gaama.retrieval.request; callers import
@@ -129,6 +129,7 @@ _SHOWN = (
     "sources",
     "speaker",
     "subject",
+    REDACTED_AT,
     *VALIDITY_FIELDS,
 )
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
@@ -140,9 +141,7 @@ def _in_scope(fields: Mapping[str, str], subject: str | None, conversation: str 
     """Whether a node read by id lies in the search's scope (its subject and conversation)."""
     if conversation is not None and fields.get("conversation") != conversation:
         return False
-    if subject is not None and subject not in (fields.get("subject"), fields.get("speaker")):
-        return False
-    return True
+    return subject is None or subject in (fields.get("subject"), fields.get("speaker"))
 
 
 class Retriever:
@@ -310,7 +309,8 @@ class Retriever:
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
             show(item, shown.get(item.id, {}), p.compact_text)
-        items = [i for i in items if i.text]  # a node deleted since it was read has none
+        # a node deleted since it was read has no text; a redacted one says nothing
+        items = [i for i in items if i.text and not shown.get(i.id, {}).get(REDACTED_AT)]
         items = await self._with_successors(tenant, items, as_of, subject, conversation, p)
         items = prefer_current(items, as_of, p.superseded_weight, p.omit_superseded)
         # Each turn ranked once: a fact and the episode it came from say the same turn.
@@ -367,7 +367,7 @@ class Retriever:
                     continue
                 item = Item(node, kind)
                 show(item, fields, p.compact_text)
-                if item.text:
+                if item.text and not fields.get(REDACTED_AT):
                     found[node] = item
                     fresh.append(item)
             have |= set(wanted)
