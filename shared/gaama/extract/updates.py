@@ -779,6 +779,49 @@ _TARGET_ATTRIBUTES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Words a request may use for a kind of thing it names by kind ("my surgery" names "a hernia
+# repair"): each word, and the word parts a fact naming such a thing holds.
+_KIND_WORDS: dict[str, tuple[str, ...]] = {
+    "surgery": (
+        "surgery", "surgical", "operation", "operated", "procedure", "ectomy", "otomy",
+        "removal", "repair", "transplant", "implant", "bypass", "biopsy", "replacement",
+    ),
+    "health": (
+        "diagnos", "condition", "disease", "disorder", "illness", "syndrome", "allerg",
+        "diabet", "asthma", "cancer", "depress", "anxiety", "adhd", "migraine", "medication",
+        "therapy", "surgery", "operation", "pregnan", "injur", "infection", "chronic",
+    ),
+    "password": ("password", "passcode", "pin", "code", "passphrase"),
+    "pin": ("pin", "passcode", "code"),
+    "id": ("passport", "licence", "license", "id", "social security", "national insurance"),
+}  # fmt: skip
+_KIND_OF = {
+    "operation": "surgery", "procedure": "surgery", "condition": "health", "diagnosis": "health",
+    "illness": "health", "medical": "health", "passcode": "password", "passport": "id",
+}  # fmt: skip
+
+
+def _kinds_named(text: str) -> frozenset[str]:
+    """The kinds of :data:`_KIND_WORDS` whose word parts ``text`` holds."""
+    low = text.lower()
+    tokens = _TOKEN.findall(low)
+    out = set()
+    for kind, parts in _KIND_WORDS.items():
+        if any(_holds_part(p, low, tokens) for p in parts):
+            out.add(kind)
+    return frozenset(out)
+
+
+def _holds_part(part: str, text: str, tokens: Sequence[str]) -> bool:
+    """A phrase anywhere in ``text``; a word part of five letters or more inside a word (the
+    "ectomy" of "tonsillectomy"); a shorter one as a whole word."""
+    if " " in part:
+        return part in text
+    if len(part) >= 5:
+        return any(part in t for t in tokens)
+    return part in tokens
+
+
 def retracted(
     request: Retraction, subject: str, current: Sequence[CurrentFact], time: float
 ) -> list[Ending]:
@@ -811,6 +854,7 @@ def retracted(
             for a in attributes
         )
         have = salient(fact.text, names)
+        have |= {w for w in words if _KIND_OF.get(w, w) in _kinds_named(fact.text)}
         shared = _shared(words, have)
         named = bool(words) and (len(shared) == len(words) or len(shared) >= 2)
         named = named or (len(words) >= 2 and len(shared) >= 1 and by_attribute)
