@@ -115,9 +115,16 @@ async def test_a_request_to_forget_redacts_every_read(settings, graph, index, em
     assert SECRET not in _texts(audit)
 
 
-async def test_replay_changes_nothing_and_redaction_can_be_turned_off(
-    settings, graph, index, embedder
-):
+async def test_a_replay_redacts_nothing_twice(settings, graph, index, embedder):
+    said_ep, *_ = await _ingest(settings, graph, index, embedder, "c4")
+    before = await graph.get_nodes(TENANT, [said_ep])
+    await _ingest(settings, graph, index, embedder, "c4")  # every turn redelivered
+    assert await graph.get_nodes(TENANT, [said_ep]) == before
+    audit = await graph.redis.lrange(graph.keys.state(TENANT, "audit"), 0, -1)
+    assert sum(said_ep in json.loads(x).get("digests", {}) for x in audit) == 1
+
+
+async def test_redaction_can_be_turned_off(settings, graph, index, embedder):
     off = settings.model_copy(update={"redact_retracted": False})
     said_ep, *_ = await _ingest(off, graph, index, embedder, "c2")
     [node] = (await graph.get_nodes(TENANT, [said_ep])).values()
