@@ -9,9 +9,14 @@ from gaama.retrieval.pack import Item
 from gaama.store.validity import Validity
 
 
-def _fact(node: str, score: float, ended_by: str = "", since: float = 0.0) -> Item:
+def _fact(
+    node: str, score: float, ended_by: str = "", since: float = 0.0, reason: str = "update"
+) -> Item:
     validity = Validity(
-        valid_from=since, valid_to=10.0 if ended_by else None, superseded_by=ended_by
+        valid_from=since,
+        valid_to=10.0 if ended_by else None,
+        superseded_by=ended_by,
+        superseded_reason=reason if ended_by else "",
     )
     return Item(
         node, NodeKind.FACT, text=node, time=since, score=score, sim=score, validity=validity
@@ -40,3 +45,10 @@ def test_as_of_passes_nothing_to_what_came_later() -> None:
     new = _fact("new", 0.1, since=10.0)
     out = inherit([old, new], {}, 5.0)  # at 5 the old fact held
     assert {i.id: i.score for i in out} == {"old": 0.9, "new": 0.1}
+
+
+def test_a_stop_takes_no_rank() -> None:
+    old = _fact("old", 0.9, ended_by="died", reason="negation")
+    died = _fact("died", 0.2, since=10.0)
+    assert successors_wanted([old], {"old"}, None) == []
+    assert {i.id: i.score for i in inherit([old, died], {}, None)} == {"old": 0.9, "died": 0.2}

@@ -30,6 +30,11 @@ def holds(item: Item, as_of: float | None) -> bool:
 CHAIN_HOPS = 4
 
 
+#: Endings whose successor states the value that holds in the old one's place (a stop, such as
+#: "Olive died", names only what ended: it takes no rank).
+REPLACED = ("update", "correction")
+
+
 def successors_wanted(
     items: Sequence[Item], have: Collection[str], as_of: float | None
 ) -> list[str]:
@@ -39,6 +44,7 @@ def successors_wanted(
             i.validity.superseded_by
             for i in items
             if i.validity.superseded_by
+            and i.validity.superseded_reason in REPLACED
             and not holds(i, as_of)
             and i.validity.superseded_by not in have
         )
@@ -53,7 +59,7 @@ def inherit(items: list[Item], found: Mapping[str, Item], as_of: float | None) -
     pool = {**found, **by_id}
     joined: dict[str, Item] = {}
     for item in items:
-        if holds(item, as_of):
+        if holds(item, as_of) or item.validity.superseded_reason not in REPLACED:
             continue
         nxt = pool.get(item.validity.superseded_by)
         for _ in range(CHAIN_HOPS):
