@@ -270,6 +270,7 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" {_PHONE}",
     ),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
+    ("email", rf"(?:is|'s|'m|am)(?: now)? {_EMAIL}"),
 ]
 _OBJ = r"(?P<obj>me|[A-Z][\w'-]*)"
 # Sentences that name no holder: what the fact's subject says of themself ("Aarhus is home
@@ -298,6 +299,13 @@ _HOLDERLESS: list[tuple[str, str]] = [
     ),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
+    # "Priya's place in Aarhus finally has a working heater"
+    (
+        "residence",
+        rf"\b{_WHO}'s (?:new )?(?:place|flat|apartment|house|home) (?:in|near) {_PLACE}",
+    ),
+    # "My boyfriend Felix cooked dinner"
+    ("partner", rf"\b{_WHO}'s (?:new )?(?:{_PARTNER}),? {_PERSON}"),
     # "First week at Priya's new job at Initech went great"
     ("employer", rf"\b{_WHO}'s (?:new )?(?:job|position|role|internship) (?:at|with) {_ORG}"),
     # "Nothing beats ramen, my favourite dish by far"
@@ -355,6 +363,11 @@ _DIED = re.compile(
     r"(?P<what>.+?)\s+(?:passed away|died|ran away|was put down|is gone|has gone|was stolen|"
     r"got stolen|broke down for good)\b",
     re.IGNORECASE,
+)
+# "No more choir for me, ..."
+_NO_MORE = re.compile(
+    r"^(?i:no more|no longer any) (?P<what>[^,;]+?)(?: for (?P<who>I|me|[A-Z][\w'-]*))?"
+    r"(?:[,;].*)?$"
 )
 _SINGLE = re.compile(r"\b(?:is|'s) (?:single|unattached)(?: again| now)?\b", re.IGNORECASE)
 _CANCEL = re.compile(
@@ -429,6 +442,10 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
         return Claim("plan", _norm(what), "cancelled", salient(what, names), correction)
     if _HEDGE.search(body):
         return None
+    m = _NO_MORE.match(raw) or _NO_MORE.match(body)  # the lead reads "no" as an interjection
+    if m and (not m["who"] or _holder_ok(m["who"], names)):
+        what = m["what"]
+        return Claim("state", _norm(what), "negation", salient(what, names), correction)
     stopping = _NEG_STOP.search(body)
     denied = _NEGATED.search(body)
     plain = _positive(body, names, correction)
