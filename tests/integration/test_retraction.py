@@ -12,10 +12,10 @@ from datetime import UTC, datetime, timedelta
 import numpy as np
 import pytest
 
-from gaama.model import NodeKind
-from gaama.store.validity import REDACTED_TEXT
 from gaama.episodes import episode_node, episode_stored
 from gaama.events import EpisodeStored, TurnReceived
+from gaama.model import NodeKind
+from gaama.store.validity import REDACTED_TEXT
 from tests.component.test_extraction_pipeline import pipelines
 from tests.integration.test_query_api import A, make_app, with_keys
 

@@ -251,12 +251,12 @@ def test_new_number_and_job_phrasings_end_the_old_value(old: str, new: str) -> N
             "Nothing tops cobbler, Harriet's favourite dessert.",
             "Flan is Harriet's favourite dessert.",
             "update",
-        ),  # noqa: E501
+        ),
         (
             "Harriet's favourite dessert is cobbler.",
             "Flan has replaced cobbler as Harriet's favourite dessert.",
             "update",
-        ),  # noqa: E501
+        ),
         ("Harriet is dating Ansel.", "Harriet has been going out with Corwin.", "update"),
         ("Harriet has a hamster named Pip.", "Sadly Pip died in May.", "negation"),
     ],

@@ -330,7 +330,8 @@ _VALUE_FIRST: list[tuple[str, str]] = [
 ]
 
 _HEDGE = re.compile(
-    r"\b(?:maybe|perhaps|might|(?-i:may)|could|would|should|possibly|probably|thinking (?:about|of)|"
+    r"\b(?:maybe|perhaps|might|(?-i:may)|could|would|should|possibly|probably|"
+    r"thinking (?:about|of)|"
     r"considering|plans? to|planning|hoping|hopes? to|wants? to|wanted to|would like|will|"
     r"(?<!stopped )(?<!quit )(?<!stop )going to|gonna|if|unless|wonders?|wondering|not sure|"
     r"unsure|someday|one day|dreams? of|"
