@@ -176,8 +176,15 @@ def _from_dropped(item: Item, verdicts: Verdicts) -> bool:
 
 
 def _has(text: str, needles: Sequence[str]) -> bool:
+    """Whether ``text`` holds one of ``needles``, each starting at a word's start (a needle
+    opening with a space or a sign starts where it says)."""
     low = text.lower()
-    return any(re.search(rf"(?<!\w){re.escape(n.lower())}", low) for n in needles if n)
+    return any(re.search(_needle(n.lower()), low) for n in needles if n)
+
+
+def _needle(needle: str) -> str:
+    edge = r"(?<!\w)" if needle[:1].isalnum() else ""
+    return edge + re.escape(needle)
 
 
 def first_named(items: Sequence[Item], first: Sequence[str], second: Sequence[str]) -> str:

@@ -371,6 +371,9 @@ class Settings(BaseSettings):
     # Same-subject facts nearest each new fact that the update rules are asked about (0: no
     # fact ends another; gaama.extract.supersede).
     supersede_candidates: int = Field(30, ge=0, le=200)
+    # A turn asking the memory to forget something said earlier redacts the words of the facts
+    # it retracts and of the speaker's turns they came from (False: the facts only end).
+    redact_retracted: bool = True
     reflection_dedupe_similarity: float = Field(0.93, gt=0, le=1)
     max_retries: int = Field(3, ge=0, le=20)
     retry_backoff_s: float = Field(0.5, ge=0, le=60)

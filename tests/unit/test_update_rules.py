@@ -228,3 +228,117 @@ def test_not_true_any_more_ends_the_previous_statement() -> None:
 def test_new_number_and_job_phrasings_end_the_old_value(old: str, new: str) -> None:
     found = ends(NewFact(new, "Omar", 2.0), [CurrentFact("old", old, 1.0)])
     assert [e.reason for e in found] == ["update"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "reason"),
+    [
+        # a later clause with its own holder
+        ("Harriet has 2 goats.", "Harriet took in a stray, so Harriet has 3 goats now.", "update"),
+        ("Harriet works as a baker.", "Harriet retrained and Harriet is a welder now.", "update"),
+        # an opening phrase before the holder
+        ("Harriet has 2 goats.", "After the market Harriet is up to 4 goats.", "update"),
+        # no holder named: the fact's subject says it of themself
+        ("Harriet lives in Dundee.", "Galway is home now.", "update"),
+        ("Life in Dundee suits Harriet.", "Harriet moved to Galway.", "update"),
+        ("Work at Brightwell is slow.", "Harriet joined Northwind.", "update"),
+        ("Harriet's number is 0161 555 0101.", "Please use 0161 555 0133 from now on.", "update"),
+        ("Harriet's number is 0161 555 0101.", "It's 0161 555 0144.", "update"),
+        ("Write to Harriet at h@old.test.", "Send mail to h@new.test.", "update"),
+        # the holder's possessive inside the sentence, appositive and replaced favourites
+        ("Harriet works at Brightwell.", "Day one at Harriet's new job at Northwind.", "update"),
+        (
+            "Nothing tops cobbler, Harriet's favourite dessert.",
+            "Flan is Harriet's favourite dessert.",
+            "update",
+        ),
+        (
+            "Harriet's favourite dessert is cobbler.",
+            "Flan has replaced cobbler as Harriet's favourite dessert.",
+            "update",
+        ),
+        ("Harriet is dating Ansel.", "Harriet has been going out with Corwin.", "update"),
+        ("Harriet has a hamster named Pip.", "Sadly Pip died in May.", "negation"),
+    ],
+)
+def test_more_phrasings_end_the_old_value(old: str, new: str, reason: str) -> None:
+    assert ended(old, new) == [("f-old", reason)]
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("Harriet lives in Dundee.", "Call Ansel on 0161 555 0101."),  # someone else's number
+        ("Harriet's number is 0161 555 0101.", "Call Ansel on 0161 555 0199."),
+        ("Harriet lives in Dundee.", "Harriet's cousin Hattie lives in Galway, by the way."),
+        ("Harriet has 2 goats.", "Harriet might have 3 goats, so Harriet says."),
+        ("Harriet works at Brightwell.", "Ansel's new job at Northwind is going well."),
+        ("Send mail to h@old.test.", "Harriet sent mail to ansel@new.test."),
+    ],
+)
+def test_other_holders_and_hedges_stay_current(old: str, new: str) -> None:
+    assert ended(old, new) == []
+
+
+def test_a_negation_in_a_later_clause_does_not_turn_the_claim_into_a_stop() -> None:
+    new = "Send mail to hv.2@new.test, Harriet doesn't check hv.1@oldmail.test any more."
+    claim = read_claim(new, [WHO])
+    assert claim is not None and claim.attribute == "email" and claim.stopped is None
+    # and the later clause still ends what it names
+    assert ended("Write to Harriet at hv.1@oldmail.test.", new) == [("f-old", "update")]
+    old = "Harriet reads hv.1@oldmail.test daily."  # no attribute read: the stop ends it
+    assert ended(old, new) == [("f-old", "negation")]
+
+
+@pytest.mark.parametrize(
+    ("text", "target"),
+    [
+        ("Forget my passport number.", "my passport number"),
+        ("Delete what I told you about my surgery.", "my surgery"),
+        ("Forget what I said about my old job.", "my old job"),
+        ("I'd rather you didn't keep my bank PIN, wipe it please.", "my bank PIN"),
+        ("Remove my home address from your memory, please.", "my home address"),
+    ],
+)
+def test_requests_to_forget_redact(text: str, target: str) -> None:
+    assert retraction_request(text) == Retraction(target, redact=True)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Don't forget my appointment on Friday.",
+        "Please don't forget my birthday.",
+        "I'd rather you did keep my number.",
+        "I keep forgetting my password.",
+        "Can you remember my passport number?",
+    ],
+)
+def test_requests_that_are_not_retractions(text: str) -> None:
+    assert retraction_request(text) is None
+
+
+def test_not_true_any_more_names_what_the_turn_said_before_it() -> None:
+    request = retraction_request("Remember my pollen allergy? That's not true any more.")
+    assert request == Retraction("my pollen allergy", redact=False)
+    current = [
+        CurrentFact("allergy", "Harriet can't eat pollen, Harriet is allergic.", 1.0),
+        CurrentFact("later", "Harriet works at Brightwell.", 5.0),
+    ]
+    assert [e.fact_id for e in retracted(request, WHO, current, 9.0)] == ["allergy"]
+
+
+def test_a_request_names_a_kind_of_thing_by_its_word_parts() -> None:
+    current = [
+        CurrentFact("op", "Harriet had a tonsillectomy in spring.", 1.0),
+        CurrentFact("repair", "Harriet had a hernia repair in May.", 2.0),
+        CurrentFact("pin", "Harriet's bank PIN is 4471.", 3.0),
+        CurrentFact("said", "Harriet said the train was late.", 4.0),  # "said" holds no "id"
+        CurrentFact("fence", "Harriet repainted the garden fence.", 5.0),
+    ]
+    surgery = retraction_request("Please forget my surgery.")
+    assert surgery is not None
+    assert [e.fact_id for e in retracted(surgery, WHO, current, 9.0)] == ["op", "repair"]
+    passport = retraction_request("Delete my passport number.")
+    assert passport is not None
+    assert retracted(passport, WHO, current, 9.0) == []

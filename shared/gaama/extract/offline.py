@@ -44,6 +44,7 @@ from gaama.extract.types import (
     ReflectionDraft,
     ReflectionInput,
 )
+from gaama.extract.updates import retraction_request
 
 __all__ = ["OfflineExtractor"]
 
@@ -92,6 +93,8 @@ _HEDGES = (
     re.compile(r"\bI (?:think|guess|believe|suppose|hope)\b", re.I),
     re.compile(r"\b(?:kinda|sort of|kind of|could be|may be|may)\b", re.I),
 )
+# A value a short sentence may state on its own: a phone number or an e-mail address.
+_VALUE = re.compile(r"\d[\d ().-]{5,}\d|[\w.+-]+@[\w-]+(?:\.[\w-]+)+")
 _MAX_FACT_CONCEPTS = 2
 _MAX_EPISODE_CONCEPTS = 3
 
@@ -314,15 +317,19 @@ class OfflineExtractor:
             sentence = _strip_address(raw, vocatives)
             if not sentence or sentence.rstrip().endswith("?"):
                 continue
+            if retraction_request(sentence) is not None:
+                continue  # a request to the memory ("forget my ...") is not a fact
             if raw[:1].islower() and sentence == raw:
                 # A subject-less note such as "shares a photo of ...": the speaker did it.
                 sentence = f"{ep.speaker} {sentence}"
             sentence = sentence[:1].upper() + sentence[1:]
             words = _WORD.findall(sentence)
             content = [w for w in content_words(sentence) if w not in people]
-            if not content or _COURTESY.match(sentence):
+            if _VALUE.search(sentence) and not _COURTESY.match(sentence):
+                pass  # a number or an address stated ("It's 0161 555 0177.") is kept
+            elif not content or _COURTESY.match(sentence):
                 continue  # a pure reaction, greeting or courtesy
-            if len(content) < 2 and not (content and len(words) >= 4):
+            elif len(content) < 2 and not (content and len(words) >= 4):
                 continue
             if _REACTION.match(sentence) and len(content) < 4:
                 continue

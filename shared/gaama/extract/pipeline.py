@@ -32,9 +32,11 @@ from gaama.extract.dedupe import FactDedupe, fact_writes
 from gaama.extract.lease import CloseLeases
 from gaama.extract.supersede import Known, endings, ends_one
 from gaama.extract.types import EpisodeView, FactDraft, word_count
+from gaama.extract.updates import CurrentFact, retracted, retraction_request
 from gaama.metrics import LLMMetrics
 from gaama.model import Edge, EdgeKind, Node, NodeKind
 from gaama.store.chunks import ChunkStore
+from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.outbox import Outbox
 from gaama.store.validity import LEARNED_AT, VALID_FROM, Ending
@@ -50,6 +52,17 @@ DEFAULT_LOCK_S = 15.0
 
 #: Fields read with each related fact found for a new one (the update rules read them).
 _RELATED_FIELDS = ("text", "time", VALID_FROM)
+#: Fields read with each fact a retraction may name: its sources tell whose statement it is.
+_RETRACT_FIELDS = ("text", "time", VALID_FROM, "sources")
+
+
+@dataclass(frozen=True, slots=True)
+class Retractions:
+    """What a chunk's requests to forget (or "that's not true any more") retract: the facts they
+    end, and the nodes whose words go."""
+
+    endings: list[Ending]
+    redact: dict[str, list[str]]  # request episode id -> node ids to redact
 
 
 def _known(fid: str, draft: FactDraft, by_id: dict[str, EpisodeView], chunk_ids: set[str]) -> Known:
@@ -246,6 +259,65 @@ class ExtractionPipeline:
         # a label the tenant holds is its own canonical label; the order is the labels'
         return {x: mapping.get(x, x) for x in labels}, new
 
+    async def _retractions(
+        self, tenant: str, chunk: list[EpisodeView], fresh: list[Node]
+    ) -> Retractions:
+        """The facts each request of ``chunk`` to forget or un-say retracts: the speaker's own
+        earlier statements in their memory (facts about them with a source turn of theirs),
+        among the stored facts nearest what the request names and the chunk's new facts. A
+        request to forget also redacts those facts and the speaker's turns they came from."""
+        out = Retractions([], {})
+        requests = [(ep, r) for ep in chunk if (r := retraction_request(ep.raw_text)) is not None]
+        if not requests or self.s.supersede_candidates <= 0:
+            return out
+        vecs = await self._embed([r.target or ep.raw_text for ep, r in requests])
+        found = await asyncio.gather(
+            *(
+                self.d.index.knn(
+                    tenant,
+                    v,
+                    self.s.supersede_candidates,
+                    kinds=[NodeKind.FACT],
+                    subject=ep.speaker or None,
+                    fields=_RETRACT_FIELDS,
+                )
+                for (ep, _), v in zip(requests, vecs, strict=True)
+            )
+        )
+        facts: dict[str, tuple[str, str, float, tuple[str, ...]]] = {}
+        for hits in found:
+            for h in hits:
+                since = h.fields.get(VALID_FROM) or h.fields.get("time") or "0"
+                sources = tuple(x for x in h.fields.get("sources", "").split(",") if x)
+                facts[h.id] = (h.fields.get("text", ""), "", float(since), sources)
+        for node in fresh:
+            sources = tuple(x for x in node.extra.get("sources", "").split(",") if x)
+            facts[node.id] = (node.text, node.subject, float(node.time), sources)
+        subjects = {n.id: n.subject for n in fresh}
+        episodes = list(dict.fromkeys(s for f in facts.values() for s in f[3]))
+        said_by = {
+            e: as_text(row[0])
+            for e, row in (await self.d.graph.get_fields(tenant, episodes, ["speaker"])).items()
+        }
+        for ep, request in requests:
+            when = ep.timestamp.timestamp()
+            own = {  # the speaker's statements about themself, made before the request
+                fid: [s for s in f[3] if said_by.get(s) == ep.speaker and s != ep.id]
+                for fid, f in facts.items()
+                if subjects.get(fid, ep.speaker) == ep.speaker and ep.id not in f[3]
+            }
+            current = [
+                CurrentFact(fid, facts[fid][0], facts[fid][2])
+                for fid, mine in own.items()
+                if mine and facts[fid][2] <= when
+            ]
+            ended = retracted(request, ep.speaker, current, when)
+            out.endings.extend(Ending(ep.id, e.fact_id, "retracted", when) for e in ended)
+            if request.redact and self.s.redact_retracted and ended:
+                nodes = [e.fact_id for e in ended] + [s for e in ended for s in own[e.fact_id]]
+                out.redact[ep.id] = list(dict.fromkeys(nodes))
+        return out
+
     async def _extract(
         self, tenant: str, conversation: str, episode_ids: list[str], why: str
     ) -> FactsExtracted:
@@ -352,6 +424,7 @@ class ExtractionPipeline:
             }
             ended = endings(fresh, related)
             edges += [Edge(e.new, e.old, EdgeKind.SUPERSEDES) for e in ended]
+        taken = await self._retractions(tenant, chunk, fact_nodes)
         written = {n.id for n in fact_nodes}
         stored_ended = [e.old for e in ended if e.old not in written]
         chunk_id = ids.chunk_id(tenant, conversation, episode_ids[0], episode_ids[-1])
@@ -371,7 +444,11 @@ class ExtractionPipeline:
             extractor=self.d.extractor.name,
         )
         outbox = self.d.outbox
-        queue = [close, self.d.graph.supersede_ops(tenant, ended, self._now())]
+        queue = [close, self.d.graph.supersede_ops(tenant, [*ended, *taken.endings], self._now())]
+        queue += [
+            self.d.graph.redact_ops(tenant, nodes, request, self._now())
+            for request, nodes in taken.redact.items()
+        ]
         if outbox is not None:  # the event waits with the data until reflect has handled it
             queue.append(outbox.add_ops(tenant, chunk_id, encode(event), self._now()))
         await self.d.graph.write(

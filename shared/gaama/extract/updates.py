@@ -206,7 +206,10 @@ def _species(word: str) -> str:
 # names the kind of pet, possession or favourite).
 _SUBJECT_RULES: list[tuple[str, str]] = [
     ("residence", rf"(?:moved|relocated|emigrated)(?: back| over| away)? to {_PLACE}"),
-    ("residence", rf"(?:lives?|living|resides?|residing|settled|based|staying) in {_PLACE}"),
+    (
+        "residence",
+        rf"(?:lives?|living|resides?|residing|(?:all )?settled|based|staying) in {_PLACE}",
+    ),
     ("residence", rf"calls? {_PLACE} home"),
     ("residence", rf"(?:new )?home is(?: now)? in {_PLACE}"),
     ("address", r"(?:new )?(?:home )?address is(?: now)? (?P<v>\d[\w ,.'-]+)"),
@@ -228,8 +231,13 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
     ("role", rf"(?:works?|working|started|serves?) as (?:a|an|the) {_PHRASE}"),
     ("role", rf"(?:got )?promoted to {_PHRASE}"),
     ("role", rf"(?:became|is now|'s now) (?:a|an|the) (?:new )?{_PHRASE}"),
+    ("role", rf"(?:is|'s|am|'m) (?:a|an) (?:new )?{_PHRASE} now\b"),
     ("role", rf"(?:new )?(?:role|job title|title|position) is(?: now)? (?:a |an |the )?{_PHRASE}"),
-    ("partner", rf"(?:dating|seeing|engaged to|married to|married|together with) {_PERSON}"),
+    (
+        "partner",
+        rf"(?:dating|seeing|going out with|engaged to|married to|married|together with)"
+        rf" {_PERSON}",
+    ),
     ("partner", rf"(?:new )?(?:{_PARTNER})(?:'s name)? is(?: now)?(?: called| named)? {_PERSON}"),
     (
         "pet+:",
@@ -237,7 +245,12 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" (?P<new>new )?(?:\w+ )?(?P<k>{_PETS}) (?:named|called) {_PERSON}",
     ),
     ("pet:", rf"(?P<new>new )?(?P<k>{_PETS})(?:'s name)? is(?: now)?(?: named| called)? {_PERSON}"),
-    ("count:", rf"(?:has|have|owns?|keeps?)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
+    # "a new rabbit, Ziggy, ..." / "new rabbit Ziggy arrived": the new pet of that kind
+    (
+        "pet:",
+        rf"(?:(?:has|have|got|adopted|rescued) (?:a|an) )?(?P<new>new )(?P<k>{_PETS}),? {_PERSON}",
+    ),
+    ("count:", rf"(?:has|have|owns?|keeps?|up to)(?: got)? {_NUM} (?P<k>[a-z]+?)s?\b"),
     (
         "thing:",
         r"(?:drives?|driving|rides?|riding) (?:a|an|the) (?P<k>)(?P<v>[A-Z][\w-]*(?: \w+)?)",
@@ -257,8 +270,57 @@ _SUBJECT_RULES: list[tuple[str, str]] = [
         rf" {_PHONE}",
     ),
     ("email", rf"(?:new )?(?:e-?mail|email address|e-mail address) is(?: now)? {_EMAIL}"),
+    ("email", rf"(?:is|'s|'m|am)(?: now)? {_EMAIL}"),
+]
+_OBJ = r"(?P<obj>me|[A-Z][\w'-]*)"
+# Sentences that name no holder: what the fact's subject says of themself ("Aarhus is home
+# now", "Please use 0755 123456 from now on").
+_HOLDERLESS: list[tuple[str, str]] = [
+    ("residence", rf"^(?i:life|living|home) in {_PLACE}\b"),
+    ("residence", rf"^{_PLACE} (?:is|has been|'s)(?: now)? (?:(?:my|our) )?(?:new )?home\b"),
+    ("employer", rf"^(?i:work|the job|the new job|my job|my new job) (?:at|for|with) {_ORG}"),
+    (
+        "role",
+        r"^(?i:being) (?:a|an|the) (?P<v>[\w'-]+(?: [\w'-]+)?) (?:means|is|has|keeps|takes)\b",
+    ),
+    (
+        "phone",
+        rf"^(?i:(?:please )?(?:use|call|ring|text|try|reach))(?: {_OBJ})?(?: on| at)? {_PHONE}",
+    ),
+    (
+        "phone",
+        rf"^(?i:the|my) (?:new |correct |right )?(?:phone |mobile )?number is(?: now)? {_PHONE}",
+    ),
+    ("phone", rf"^(?i:it's|it is|that's|that is)(?: now| actually)? {_PHONE}"),
+    (
+        "email",
+        rf"^(?i:(?:please )?(?:write|e-?mail|mail|send (?:things|it|stuff|mail|everything)|use|"
+        rf"reach))(?: to)?(?: {_OBJ})?(?: at| on| to)? {_EMAIL}",
+    ),
 ]
 _VALUE_FIRST: list[tuple[str, str]] = [
+    # "Priya's place in Aarhus finally has a working heater"
+    (
+        "residence",
+        rf"\b{_WHO}'s (?:new )?(?:place|flat|apartment|house|home) (?:in|near) {_PLACE}",
+    ),
+    # "My boyfriend Felix cooked dinner"
+    ("partner", rf"\b{_WHO}'s (?:new )?(?:{_PARTNER}),? {_PERSON}"),
+    # "First week at Priya's new job at Initech went great"
+    ("employer", rf"\b{_WHO}'s (?:new )?(?:job|position|role|internship) (?:at|with) {_ORG}"),
+    # "Nothing beats ramen, my favourite dish by far"
+    (
+        "favourite:",
+        r"(?P<v>[\w'&-]+(?: [\w'&-]+){0,3}), " + _WHO + r"'s (?:new )?(?:all-time )?favou?rite"
+        r" (?P<k>[a-z]+)\b",
+    ),
+    # "Ramen has replaced lasagne as my favourite dish"
+    (
+        "favourite:",
+        r"(?P<v>[\w'&-]+(?: [\w'&-]+){0,2}) (?:has |have )?(?:replaced|overtaken|beaten) .+? as "
+        + _WHO
+        + r"'s (?:new )?favou?rite (?P<k>[a-z]+)\b",
+    ),
     # "Sushi is now Dana's favourite food"
     (
         "favourite:",
@@ -268,7 +330,8 @@ _VALUE_FIRST: list[tuple[str, str]] = [
 ]
 
 _HEDGE = re.compile(
-    r"\b(?:maybe|perhaps|might|may|could|would|should|possibly|probably|thinking (?:about|of)|"
+    r"\b(?:maybe|perhaps|might|(?-i:may)|could|would|should|possibly|probably|"
+    r"thinking (?:about|of)|"
     r"considering|plans? to|planning|hoping|hopes? to|wants? to|wanted to|would like|will|"
     r"(?<!stopped )(?<!quit )(?<!stop )going to|gonna|if|unless|wonders?|wondering|not sure|"
     r"unsure|someday|one day|dreams? of|"
@@ -302,6 +365,11 @@ _DIED = re.compile(
     r"got stolen|broke down for good)\b",
     re.IGNORECASE,
 )
+# "No more choir for me, ..."
+_NO_MORE = re.compile(
+    r"^(?i:no more|no longer any) (?P<what>[^,;]+?)(?: for (?P<who>I|me|[A-Z][\w'-]*))?"
+    r"(?:[,;].*)?$"
+)
 _SINGLE = re.compile(r"\b(?:is|'s) (?:single|unattached)(?: again| now)?\b", re.IGNORECASE)
 _CANCEL = re.compile(
     r"\b(?:cancell?ed|called off|scrapped|scratched|postponed indefinitely|pulled out of|"
@@ -324,19 +392,32 @@ def _holder_ok(who: str, names: Sequence[str]) -> bool:
 
 
 @lru_cache(maxsize=1)
-def _compiled() -> tuple[list[tuple[str, re.Pattern[str]]], list[tuple[str, re.Pattern[str]]]]:
+def _compiled() -> tuple[
+    list[tuple[str, re.Pattern[str]]],
+    list[tuple[str, re.Pattern[str]]],
+    list[tuple[str, re.Pattern[str]]],
+]:
     own = [(attr, re.compile(rf"^{_WHO}(?:'s)? {_AUX}{body}")) for attr, body in _SUBJECT_RULES]
     first = [(attr, re.compile(body)) for attr, body in _VALUE_FIRST]
-    return own, first
+    bare = [(attr, re.compile(body)) for attr, body in _HOLDERLESS]
+    return own, first, bare
 
 
 _HOLDER_ONLY = re.compile(rf"^{_WHO}(?:'s)?\s+{_AUX}$")
 
 
+# A sentence-initial phrase of lower-case words before the holder ("With the new arrival Kofi
+# is up to five rabbits").
+_OPENING_PHRASE = re.compile(
+    r"^(?i:with|after|since|following|now that|as of|from) (?:[a-z][\w'-]* ){0,4}?,?\s*(?=[A-Z])"
+)
+
+
 def _lead(sentence: str) -> str:
     # Discourse openers and interjections before the holder ("Actually, ...", "Oh and ...").
     return re.sub(
-        r"^(?:(?:actually|so|well|oh|and|also|anyway|btw|correction|sorry|oops|wait|update|"
+        r"^(?:(?:actually|so|well|oh|and|also|anyway|btw|correction|sorry|oops|wait|update|sadly|"
+        r"unfortunately|tragically|honestly|"
         r"quick update|news|fyi|ok|okay|right|yes|no|nope)\b[\s,:!-]*)+",
         "",
         sentence,
@@ -362,9 +443,16 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
         return Claim("plan", _norm(what), "cancelled", salient(what, names), correction)
     if _HEDGE.search(body):
         return None
-    stop = bool(_NEG_STOP.search(body))
+    m = _NO_MORE.match(raw) or _NO_MORE.match(body)  # the lead reads "no" as an interjection
+    if m and (not m["who"] or _holder_ok(m["who"], names)):
+        what = m["what"]
+        return Claim("state", _norm(what), "negation", salient(what, names), correction)
+    stopping = _NEG_STOP.search(body)
     denied = _NEGATED.search(body)
     plain = _positive(body, names, correction)
+    stop = stopping is not None
+    if stopping and plain is not None and _CLAUSE.search(body, plain[1], stopping.start()):
+        stop = False  # "no longer" in a later clause is about what that clause says
     if denied and plain is not None and denied.start() >= plain[1]:
         denied = None  # a negation in a later clause ("..., it never lets me down")
     if denied:
@@ -408,11 +496,33 @@ def _owned_by_other(phrase: str, names: Sequence[str]) -> bool:
     return m is not None and not _holder_ok(m[1], names)
 
 
+# Where a later clause may open with its own holder ("..., so Priya has three parrots now").
+_CLAUSE = re.compile(
+    r"(?:[,;:]|\s-|\s–)\s+(?:(?:so|and|but|now|because)\s+)?|\s+(?:and|so|but)\s+(?=[A-Z])"
+)
+
+
 def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim, int] | None:
-    """The first attribute claim ``body`` makes of its holder, and where its match ends."""
-    own, first = _compiled()
+    """The first attribute claim ``body`` makes of its holder, and where its match ends: read
+    from the sentence's start, then from each later clause's."""
+    starts = [0, *(m.end() for m in _CLAUSE.finditer(body))]
+    for start in starts:
+        clause = body[start:]
+        opening = _OPENING_PHRASE.match(clause)
+        skip = opening.end() if opening else 0
+        found = _positive_at(clause[skip:], names, correction, bare=start == 0)
+        if found is not None:
+            return found[0], start + skip + found[1]
+    return None
+
+
+def _positive_at(
+    body: str, names: Sequence[str], correction: bool, bare: bool
+) -> tuple[Claim, int] | None:
+    """The claim ``body`` makes from its start; holder-less readings only when ``bare``."""
+    own, first, holderless = _compiled()
     for attr, pattern in own:
-        m = pattern.search(body)
+        m = pattern.match(body)
         if m is None or not _holder_ok(m["who"], names):
             continue
         groups = m.groupdict()
@@ -437,9 +547,29 @@ def _positive(body: str, names: Sequence[str], correction: bool) -> tuple[Claim,
     for attr, pattern in first:
         m = pattern.search(body)
         if m and _holder_ok(m["who"], names):
-            claim = Claim(f"{attr}{m['k'].lower()}", _norm(m["v"]), None, frozenset(), correction)
-            return claim, m.end()
+            kind = (m.groupdict().get("k") or "").lower()
+            attribute = f"{attr}{kind}" if attr.endswith(":") else attr
+            value = _norm(re.sub(_VALUE_OPENERS, "", m["v"]))
+            if value:
+                return Claim(attribute, value, None, frozenset(), correction), m.end()
+    if bare:
+        for attr, pattern in holderless:
+            m = pattern.match(body)
+            obj = m.groupdict().get("obj") if m else None
+            if obj not in (None, "me") and not _holder_ok(str(obj), names):
+                continue  # "call Dana on ...": Dana's number, not the speaker's
+            if m and (value := _norm(m["v"])):
+                words = salient(m["v"], names)
+                return Claim(attr, value, None, words, correction), m.end()
     return None
+
+
+# Words before a value that are not part of it ("These days shakshuka", "Nothing beats ramen").
+_VALUE_OPENERS = re.compile(
+    r"^(?:(?:these days|nowadays|now|nothing beats|i love|i adore|definitely|honestly|"
+    r"still)\s+)+",
+    re.IGNORECASE,
+)
 
 
 # --- endings ---------------------------------------------------------------------------------
@@ -488,17 +618,37 @@ def ends(new: NewFact, current: Sequence[CurrentFact]) -> list[Ending]:
         current: The same person's current facts.
     """
     names = _names(new.subject)
-    claim = read_claim(new.text, names)
-    if claim is None:
+    claims = _claims(new.text, names)
+    if not claims:
         return []
     new_key = _norm(_clean(new.text))
     out: list[Ending] = []
     for old in current:
         if old.time > new.time or _norm(_clean(old.text)) == new_key:
             continue
-        reason = _ending(claim, old, names)
-        if reason is not None:
-            out.append(Ending(old.id, reason, claim.attribute))
+        for claim in claims:
+            reason = _ending(claim, old, names)
+            if reason is not None:
+                out.append(Ending(old.id, reason, claim.attribute))
+                break
+    return out
+
+
+def _claims(text: str, names: Sequence[str]) -> list[Claim]:
+    """The claims of a sentence, then those of each later clause that names its own holder
+    ("Send things to a@b.example, Dana doesn't check c@d.example any more")."""
+    out = [c] if (c := read_claim(text, names)) is not None else []
+    raw = _lead(_clean(text))
+    correction = bool(_CORRECTION.search(raw))
+    if raw.endswith("?") or (_HEDGE.search(raw) and not _CANCEL.search(raw)):
+        return out
+    for m in _CLAUSE.finditer(raw):
+        rest = raw[m.end() :]
+        who = re.match(rf"^{_WHO}(?:'s)?\s", rest)
+        if not (who and _holder_ok(who["who"], names)):
+            continue
+        if (c := read_claim(rest, names)) is not None and c not in out:
+            out.append(Claim(c.attribute, c.value, c.stopped, c.words, correction))
     return out
 
 
@@ -556,6 +706,11 @@ _FORGET = re.compile(
     r"\s+(?P<target>.+)$",
     re.IGNORECASE,
 )
+_RATHER_NOT = re.compile(
+    r"^(?:i'?d|i would) (?:rather|prefer(?: it if)?) (?:that )?you (?:didn'?t|did not|don'?t|not|"
+    r"wouldn'?t) (?:keep|remember|store|save|hold on to|know)\s+(?P<target>[^,;]+)",
+    re.IGNORECASE,
+)
 _UNTRUE = re.compile(
     r"^(?:(?:oh|and|also|so|actually|wait|well)\b[\s,:-]*)*(?:that|this|it)(?:'s| is| isn't|"
     r" is not|'s not| was)\s*(?:not |no longer )?(?:true|right|correct|the case|accurate|"
@@ -584,17 +739,29 @@ def retraction_request(text: str) -> Retraction | None:
     Args:
         text: What the speaker said (one turn, first person).
     """
-    for sentence in split_sentences(_clean(text)):
+    sentences = split_sentences(_clean(text))
+    for n, sentence in enumerate(sentences):
         s = sentence.strip().rstrip("?.! ")
-        if m := _FORGET.match(s):
+        if m := (_FORGET.match(s) or _RATHER_NOT.match(s)):
             target = m["target"]
             for _ in range(3):
                 target = _TRAILER.sub("", _ABOUT.sub("", target.strip())).strip(" ,.")
             if salient(target):
                 return Retraction(target, redact=True)
         if _UNTRUE.match(s):
-            return Retraction("", redact=False)
+            # "that" is what the turn named before it ("Remember my pollen allergy? That's not
+            # true any more"), else the speaker's previous statement
+            before = " ".join(_REMINDER.sub("", x).strip(" ?.!,") for x in sentences[:n])
+            return Retraction(before if salient(before) else "", redact=False)
     return None
+
+
+# A reminder that opens what a retraction refers to ("Remember my ...?", "You know how I ...").
+_REMINDER = re.compile(
+    r"^(?:(?:do )?you )?(?:remember|recall|know)(?: how| that| when)?(?: i (?:said|told you))?"
+    r"(?: about)?\s+|^about\s+",
+    re.IGNORECASE,
+)
 
 
 # Words of a request that name an attribute rather than a value ("my job", "where I live").
@@ -630,6 +797,49 @@ _TARGET_ATTRIBUTES: dict[str, tuple[str, ...]] = {
 }
 
 
+# Words a request may use for a kind of thing it names by kind ("my surgery" names "a hernia
+# repair"): each word, and the word parts a fact naming such a thing holds.
+_KIND_WORDS: dict[str, tuple[str, ...]] = {
+    "surgery": (
+        "surgery", "surgical", "operation", "operated", "procedure", "ectomy", "otomy",
+        "removal", "repair", "transplant", "implant", "bypass", "biopsy", "replacement",
+    ),
+    "health": (
+        "diagnos", "condition", "disease", "disorder", "illness", "syndrome", "allerg",
+        "diabet", "asthma", "cancer", "depress", "anxiety", "adhd", "migraine", "medication",
+        "therapy", "surgery", "operation", "pregnan", "injur", "infection", "chronic",
+    ),
+    "password": ("password", "passcode", "pin", "code", "passphrase"),
+    "pin": ("pin", "passcode", "code"),
+    "id": ("passport", "licence", "license", "id", "social security", "national insurance"),
+}  # fmt: skip
+_KIND_OF = {
+    "operation": "surgery", "procedure": "surgery", "condition": "health", "diagnosis": "health",
+    "illness": "health", "medical": "health", "passcode": "password", "passport": "id",
+}  # fmt: skip
+
+
+def _kinds_named(text: str) -> frozenset[str]:
+    """The kinds of :data:`_KIND_WORDS` whose word parts ``text`` holds."""
+    low = text.lower()
+    tokens = _TOKEN.findall(low)
+    out = set()
+    for kind, parts in _KIND_WORDS.items():
+        if any(_holds_part(p, low, tokens) for p in parts):
+            out.add(kind)
+    return frozenset(out)
+
+
+def _holds_part(part: str, text: str, tokens: Sequence[str]) -> bool:
+    """A phrase anywhere in ``text``; a word part of five letters or more inside a word (the
+    "ectomy" of "tonsillectomy"); a shorter one as a whole word."""
+    if " " in part:
+        return part in text
+    if len(part) >= 5:
+        return any(part in t for t in tokens)
+    return part in tokens
+
+
 def retracted(
     request: Retraction, subject: str, current: Sequence[CurrentFact], time: float
 ) -> list[Ending]:
@@ -662,8 +872,10 @@ def retracted(
             for a in attributes
         )
         have = salient(fact.text, names)
-        named = bool(words) and (words <= have or len(words & have) >= 2)
-        named = named or (len(words) >= 2 and len(words & have) >= 1 and by_attribute)
+        have |= {w for w in words if _KIND_OF.get(w, w) in _kinds_named(fact.text)}
+        shared = _shared(words, have)
+        named = bool(words) and (len(shared) == len(words) or len(shared) >= 2)
+        named = named or (len(words) >= 2 and len(shared) >= 1 and by_attribute)
         if named or (by_attribute and not (words - set(_TARGET_ATTRIBUTES)) - have):
             out.append(Ending(fact.id, "retracted", claim.attribute if claim else ""))
     return out

@@ -73,7 +73,14 @@ from gaama.retrieval.candidates import (
     show,
     time_prior,
 )
-from gaama.retrieval.current import current_first, packed_current_first, prefer_current
+from gaama.retrieval.current import (
+    CHAIN_HOPS,
+    current_first,
+    inherit,
+    packed_current_first,
+    prefer_current,
+    successors_wanted,
+)
 from gaama.retrieval.lexical import fuse, query_terms
 from gaama.retrieval.pack import (
     RETURNED_KINDS,
@@ -98,12 +105,13 @@ from gaama.retrieval.request import (
     pool_size,
     resolve_params,
 )
-from gaama.retrieval.scoring import cosine, score_candidates
+from gaama.retrieval.scoring import cosine, node_kind, score_candidates
 from gaama.retrieval.timeq import query_periods
 from gaama.retrieval.tokencount import BudgetUnit, TokenCounter
+from gaama.store.codecs import as_text
 from gaama.store.graph import GraphStore
 from gaama.store.subgraph import Expansion, ReadAhead
-from gaama.store.validity import VALIDITY_FIELDS
+from gaama.store.validity import REDACTED_AT, VALIDITY_FIELDS
 from gaama.store.vectors import VectorIndex
 
 # The request's bounds and result types are defined in gaama.retrieval.request; callers import
@@ -132,11 +140,19 @@ _SHOWN = (
     "sources",
     "speaker",
     "subject",
+    REDACTED_AT,
     *VALIDITY_FIELDS,
 )
 # Kinds the full-text search reads: a reflection restates what its facts say, so its match
 # would count their words twice.
 LEXICAL_KINDS = (NodeKind.EPISODE, NodeKind.FACT, NodeKind.CONCEPT)
+
+
+def _in_scope(fields: Mapping[str, str], subject: str | None, conversation: str | None) -> bool:
+    """Whether a node read by id lies in the search's scope (its subject and conversation)."""
+    if conversation is not None and fields.get("conversation") != conversation:
+        return False
+    return subject is None or subject in (fields.get("subject"), fields.get("speaker"))
 
 
 class Retriever:
@@ -321,7 +337,9 @@ class Retriever:
         items = score_candidates(relevance, ppr, w_ppr, w_sim, keep=(k, caps), prior=prior)
         for item in items:
             show(item, shown.get(item.id, {}), p.compact_text)
-        items = [i for i in items if i.text]  # a node deleted since it was read has none
+        # a node deleted since it was read has no text; a redacted one says nothing
+        items = [i for i in items if i.text and not shown.get(i.id, {}).get(REDACTED_AT)]
+        items = await self._with_successors(tenant, items, as_of, subject, conversation, p)
         items = prefer_current(items, as_of, p.superseded_weight, p.omit_superseded)
         # Each turn ranked once: a fact and the episode it came from say the same turn.
         ranked = distinct_turns(items, k) if p.rank_distinct else items[:k]
@@ -347,6 +365,43 @@ class Retriever:
         )
         self._observe(out, time.perf_counter() - started)
         return out
+
+    async def _with_successors(
+        self,
+        tenant: str,
+        items: list[Item],
+        as_of: float | None,
+        subject: str | None,
+        conversation: str | None,
+        p: RetrievalSettings,
+    ) -> list[Item]:
+        """``items`` with what ended their superseded ones ranked at least as high, read in
+        (within the search's scope) when the search did not find it."""
+        found: dict[str, Item] = {}
+        have = {i.id for i in items}
+        wanted = successors_wanted(items, have, as_of)
+        for _ in range(CHAIN_HOPS):
+            if not wanted:
+                break
+            rows = await self.graph.get_fields(tenant, wanted, _SHOWN)
+            fresh = []
+            for node, row in rows.items():
+                kind = node_kind(node)
+                fields = {f: as_text(v) for f, v in zip(_SHOWN, row, strict=True) if v is not None}
+                if (
+                    kind is None
+                    or kind not in RETURNED_KINDS
+                    or not _in_scope(fields, subject, conversation)
+                ):
+                    continue
+                item = Item(node, kind)
+                show(item, fields, p.compact_text)
+                if item.text and not fields.get(REDACTED_AT):
+                    found[node] = item
+                    fresh.append(item)
+            have |= set(wanted)
+            wanted = successors_wanted(fresh, have, as_of)
+        return inherit(items, found, as_of)
 
     async def _expand(
         self,

@@ -33,9 +33,10 @@ from gaama.store.codecs import (
     stored_vectors,
 )
 from gaama.store.errors import store_errors
+from gaama.store.forget import AUDIT_MAX
 from gaama.store.keys import Keys
 from gaama.store.subgraph import SubgraphReads
-from gaama.store.validity import Ending
+from gaama.store.validity import REDACTED_TEXT, Ending
 
 _BATCH = 1000  # keys per script call: bounds the time one call holds the server
 _APPENDS = 256  # episode appends per transaction: bounds the time one transaction holds it
@@ -53,6 +54,7 @@ class GraphStore(SubgraphReads):
         self._batched = scripts.register(redis, "batched_read.lua")
         self._of_kind = scripts.register(redis, "neighbours_of_kind.lua")
         self._supersede = scripts.register(redis, "supersede.lua")
+        self._redact = scripts.register(redis, "redact.lua")
 
     async def _many(self, command: str, keys: list[str], args: Sequence[Any] = ()) -> list[Any]:
         out: list[Any] = []
@@ -229,6 +231,28 @@ class GraphStore(SubgraphReads):
             for e in endings:
                 args = [*prefixes, repr(float(e.valid_to)), e.new, e.reason, repr(float(now))]
                 pipe.evalsha(self._supersede.sha, 1, self.keys.node(tenant, e.old), *args)
+
+        return queue
+
+    def redact_ops(
+        self, tenant: str, node_ids: Sequence[str], request: str, now: float
+    ) -> Callable[[Any], None]:
+        """Queue, into :meth:`write`'s transaction (its ``also``), the redaction of ``node_ids``
+        (a request to forget, the episode ``request``): each text gives way to
+        :data:`~gaama.store.validity.REDACTED_TEXT`, its raw words and vector go, and the audit
+        log keeps the digests (``redact.lua``). Nodes already redacted or gone are left."""
+
+        def queue(pipe: Any) -> None:
+            if not node_ids:
+                return
+            pipe.scripts.add(self._redact)
+            keys = [
+                self.keys.state(tenant, "audit"),
+                *(self.keys.node(tenant, n) for n in node_ids),
+            ]
+            args = [REDACTED_TEXT, VECTOR_FIELD, repr(float(now)), request, "retracted"]
+            args += [str(AUDIT_MAX), *node_ids]
+            pipe.evalsha(self._redact.sha, len(keys), *keys, *args)
 
         return queue
 

@@ -17,6 +17,10 @@ from dataclasses import dataclass
 VALID_FROM, VALID_TO = "valid_from", "valid_to"
 LEARNED_AT, RETIRED_AT = "learned_at", "retired_at"
 SUPERSEDED_BY, SUPERSEDED_REASON = "superseded_by", "superseded_reason"
+#: A node redacted at its speaker's request: when, by which request turn, and why.
+REDACTED_AT, REDACTED_BY, REDACTED_REASON = "redacted_at", "redacted_by", "redacted_reason"
+#: The text a redacted node shows in place of the words it held.
+REDACTED_TEXT = "[forgotten at the speaker's request]"
 #: The fields the vector index holds as NUMERIC.
 VALIDITY_INDEXED = (VALID_FROM, VALID_TO)
 #: Every validity field, in the order reads return them.
