@@ -18,9 +18,15 @@ Scenarios: ``ingest-kill``, ``extract-kill``, ``reflect-kill``, ``query-kill`` (
 random moments, restart), ``redis-stop`` (SIGSTOP 20 s, SIGCONT), ``redis-kill`` (kill -9,
 restart from the AOF), ``broker-kill`` (kill -9, restart on durable storage: Tansu's s3 engine on
 a local ``moto_server``), ``llm-faults`` (30 % of LLM calls answered 429, 500, too late or with
-malformed JSON; its reference is the same fake LLM without faults). ``--short`` runs one kill per
-consumer service and one Redis stop on fewer turns (the CI version, tests/chaos). Writes
-``bench-results/chaos.json``; exits 1 if a scenario failed.
+malformed JSON; its reference is the same fake LLM without faults). Several replicas of a
+consumer stage run in one consumer group, each on a port of its own: ``scale-extract`` (extract
+1 → 3 → 1 under a steady load, the turns spread over 60 s), ``kill-during-rebalance`` (extract
+2 → 3, kill -9 an old replica as the new one joins the group, restart it), ``scale-during-forget``
+(a subject forget through query's API, then extract and reflect 1 → 2 while it is in flight; its
+reference run forgets the same subject) and ``scale-all`` (ingest, extract and reflect 1 → 2 → 1
+at once). ``--short`` runs one kill per consumer service, one Redis stop and ``scale-extract`` on
+fewer turns (the CI version, tests/chaos). Writes ``bench-results/chaos.json``; exits 1 if a
+scenario failed.
 """
 
 from __future__ import annotations
