@@ -18,9 +18,15 @@ Scenarios: ``ingest-kill``, ``extract-kill``, ``reflect-kill``, ``query-kill`` (
 random moments, restart), ``redis-stop`` (SIGSTOP 20 s, SIGCONT), ``redis-kill`` (kill -9,
 restart from the AOF), ``broker-kill`` (kill -9, restart on durable storage: Tansu's s3 engine on
 a local ``moto_server``), ``llm-faults`` (30 % of LLM calls answered 429, 500, too late or with
-malformed JSON; its reference is the same fake LLM without faults). ``--short`` runs one kill per
-consumer service and one Redis stop on fewer turns (the CI version, tests/chaos). Writes
-``bench-results/chaos.json``; exits 1 if a scenario failed.
+malformed JSON; its reference is the same fake LLM without faults). Several replicas of a
+consumer stage run in one consumer group, each on a port of its own: ``scale-extract`` (extract
+1 → 3 → 1 under a steady load, the turns spread over 60 s), ``kill-during-rebalance`` (extract
+2 → 3, kill -9 an old replica as the new one joins the group, restart it), ``scale-during-forget``
+(a subject forget through query's API, then extract and reflect 1 → 2 while it is in flight; its
+reference run forgets the same subject) and ``scale-all`` (ingest, extract and reflect 1 → 2 → 1
+at once). ``--short`` runs one kill per consumer service, one Redis stop and ``scale-extract`` on
+fewer turns (the CI version, tests/chaos). Writes ``bench-results/chaos.json``; exits 1 if a
+scenario failed.
 """
 
 from __future__ import annotations
@@ -91,6 +97,28 @@ EXACT_EDGES = frozenset({EdgeKind.NEXT.value, EdgeKind.DERIVED_FROM.value})
 #: (decision: "Reading the chaos table").
 CHUNK_IDLE_S = 60.0
 STABLE_POLLS = 3  # consecutive equal polls (2 s apart) after every chunk is reflected
+#: How long the scale scenarios spread their turns over: long enough for a replica to start,
+#: join the group and take partitions while turns still arrive, with each step in its own part.
+PACE_S = 60.0
+
+
+CONSUMERS = ("ingest", "extract", "reflect")
+#: The subject a forget scenario forgets (tenant ``ct0``, the first speaker of conversation
+#: ``c1``, whose turns carry it as their subject) and the API key that asks.
+FORGET_TENANT, FORGET_CONVERSATION = "ct0", 1
+
+
+@dataclass(frozen=True)
+class Scale:
+    """One scale step: each of ``services`` goes to ``replicas`` processes in its consumer group
+    (a new one on a port of its own; one too many stopped with SIGTERM, as a scale-in does).
+    With ``kill``, one of the replicas running before the step is killed (-9) as soon as a new
+    one starts joining the group (the group rebalancing), and restarted once the new one is
+    ready."""
+
+    services: tuple[str, ...]
+    replicas: int
+    kill: bool = False
 
 
 @dataclass(frozen=True)
@@ -103,6 +131,17 @@ class Scenario:
     broker_kill: bool = False
     llm_fault_rate: float = 0.0
     poison: bool = True
+    replicas: tuple[tuple[str, int], ...] = ()  # services that start with more than one
+    scale: tuple[Scale, ...] = ()  # in order, spread over the load
+    # The turns go out over this many seconds (a steady load the scale steps fall into), not
+    # at once; 0: at once.
+    pace_s: float = 0.0
+    # A subject forget (the query service's HTTP API) right after the turns are produced; the
+    # scale steps start once it is accepted. Compared with a reference run that forgets the same.
+    forget: bool = False
+
+    def initial(self, service: str) -> int:
+        return dict(self.replicas).get(service, 1)
 
 
 SCENARIOS = {
@@ -118,6 +157,31 @@ SCENARIOS = {
         Scenario(
             "llm-faults", "30 % of LLM calls: 429, 500, timeout, bad JSON", llm_fault_rate=0.3
         ),
+        Scenario(
+            "scale-extract",
+            "extract 1 → 3 → 1 replicas under a steady load",
+            scale=(Scale(("extract",), 3), Scale(("extract",), 1)),
+            pace_s=PACE_S,
+        ),
+        Scenario(
+            "kill-during-rebalance",
+            "extract 2 → 3 replicas, kill -9 an old one while the group rebalances, restart",
+            replicas=(("extract", 2),),
+            scale=(Scale(("extract",), 3, kill=True),),
+            pace_s=PACE_S,
+        ),
+        Scenario(
+            "scale-during-forget",
+            "a subject forget, then extract and reflect 1 → 2 replicas while it is in flight",
+            scale=(Scale(("extract", "reflect"), 2),),
+            forget=True,
+        ),
+        Scenario(
+            "scale-all",
+            "ingest, extract and reflect 1 → 2 → 1 replicas at once under a steady load",
+            scale=(Scale(CONSUMERS, 2), Scale(CONSUMERS, 1)),
+            pace_s=PACE_S,
+        ),
     )
 }
 SHORT = (
@@ -125,6 +189,7 @@ SHORT = (
     Scenario("extract-kill", "kill -9 extract, restart", kills=("extract",)),
     Scenario("reflect-kill", "kill -9 reflect, restart", kills=("reflect",)),
     Scenario("redis-stop", "Redis SIGSTOP 20 s, SIGCONT", redis_stop_s=20.0),
+    SCENARIOS["scale-extract"],
 )
 
 
@@ -151,12 +216,14 @@ def tenants(opts: Options) -> list[str]:
     return [f"ct{t}" for t in range(opts.tenants)]
 
 
-def make_turns(opts: Options) -> list[TurnReceived]:
+def make_turns(opts: Options, subjects: bool = False) -> list[TurnReceived]:
     """Every conversation's turns, interleaved round-robin; a session ends every 25 turns.
 
     Each conversation of a tenant has speakers of its own: facts are deduplicated per subject
     (the speaker, here), so no fact merges into one of another conversation — which one would
-    survive depends on the order the conversations are extracted in, like concept labels."""
+    survive depends on the order the conversations are extracted in, like concept labels.
+    With ``subjects``, the turns of the forget scenarios' conversation carry their speaker as
+    their subject."""
     texts = turn_texts(opts.tenants * opts.conversations * opts.turns, seed=opts.seed)
     base = datetime(2024, 3, 1, tzinfo=UTC)
     out, k = [], 0
@@ -172,10 +239,28 @@ def make_turns(opts: Options) -> list[TurnReceived]:
                         text=texts[k],
                         timestamp=base + timedelta(minutes=i),
                         end_of_session=(i + 1) % 25 == 0 or i == opts.turns - 1,
+                        subject=speakers(c)[i % 2] if subjects and forgotten(tenant, c) else "",
                     )
                 )
                 k += 1
     return out
+
+
+def forgotten(tenant: str, conversation: int) -> bool:
+    """Whether the forget scenarios' subject speaks in this conversation."""
+    return tenant == FORGET_TENANT and conversation == FORGET_CONVERSATION
+
+
+def forget_subject() -> str:
+    return speakers(FORGET_CONVERSATION)[0]
+
+
+def chain_length(opts: Options, tenant: str, conversation: int, forget: bool) -> int:
+    """Episodes the conversation's NEXT chain holds once drained: every turn, less the forgotten
+    subject's (the first speaker's: every other turn from the first)."""
+    if forget and forgotten(tenant, conversation):
+        return opts.turns // 2
+    return opts.turns
 
 
 def poison_records() -> list[tuple[bytes, bytes]]:
@@ -197,13 +282,22 @@ def poison_records() -> list[tuple[bytes, bytes]]:
     ]
 
 
-async def produce(boot: str, topic: str, records: list[tuple[bytes, bytes]]) -> None:
+async def produce(
+    boot: str, topic: str, records: list[tuple[bytes, bytes]], over_s: float = 0.0
+) -> None:
+    """Send ``records`` in order: at once, or in one-second slices spread over ``over_s``."""
     p = AIOKafkaProducer(bootstrap_servers=boot, acks="all", linger_ms=5)
     await p.start()
     try:
-        for key, value in records:
-            await p.send(topic, value, key=key)
-        await p.flush()
+        slices = max(1, int(over_s))
+        per = -(-len(records) // slices)
+        t0 = time.monotonic()
+        for n in range(slices):
+            for key, value in records[n * per : (n + 1) * per]:
+                await p.send(topic, value, key=key)
+            await p.flush()
+            if over_s:
+                await asyncio.sleep(max(0.0, t0 + (n + 1) * over_s / slices - time.monotonic()))
     finally:
         await p.stop()
 
@@ -294,14 +388,16 @@ async def read_graph(redis: Any, index: VectorIndex, keys: Keys, tenant: str) ->
     return TenantGraph(nodes, edges, await index.count(tenant), chains, chunks)
 
 
-async def settled(redis: Any, keys: Keys, opts: Options) -> tuple[bool, tuple[Any, ...]]:
+async def settled(
+    redis: Any, keys: Keys, opts: Options, forget: bool = False
+) -> tuple[bool, tuple[Any, ...]]:
     """Whether every turn is stored and extracted and every chunk reflected; and a cheap
     signature of the graph (degrees) to see it stop changing."""
     done, sig = True, []
     for tenant in tenants(opts):
         for c in range(opts.conversations):
             ids = await redis.zrange(keys.chain(tenant, f"c{c}"), 0, -1)
-            done &= len(ids) >= opts.turns
+            done &= len(ids) >= chain_length(opts, tenant, c, forget)
             if done:
                 pipe = redis.pipeline(transaction=False)
                 for i in ids:
@@ -321,8 +417,8 @@ _STARTED: dict[str, Any] = {}
 
 
 def _reap() -> None:
-    procs: dict[str, ServiceProcess] = _STARTED.pop("procs", {})
-    for p in procs.values():
+    procs: list[ServiceProcess] = _STARTED.pop("procs", [])
+    for p in procs:
         if p.proc is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.proc.pid, signal.SIGKILL)
@@ -417,6 +513,12 @@ class Run:
     query_back: bool | None = None
     # Faults the fake LLM served (scenarios with an LLM fault rate).
     llm_faults_served: int = 0
+    # Whether the run's forget was done by the end (None: no forget); whether it was still in
+    # flight when every replica its scale steps added was ready.
+    forget_done: bool | None = None
+    forget_in_flight: bool | None = None
+    # The most replicas of each consumer stage that ran at once.
+    peak_replicas: dict[str, int] = field(default_factory=dict)
 
 
 async def _query_load(
@@ -444,8 +546,13 @@ async def _query_load(
                 await asyncio.wait_for(stop.wait(), 0.5)
 
 
-async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None) -> Run:
-    name = scenario.name if scenario else "reference"
+async def _run(
+    opts: Options, scenario: Scenario | None, ref_drain: float | None, forget: bool = False
+) -> Run:
+    """One run: the reference (``scenario`` None; with ``forget``, the forget scenarios' one) or
+    a scenario, on a fresh stack."""
+    name = scenario.name if scenario else ("reference-forget" if forget else "reference")
+    forget = scenario.forget if scenario else forget
     work = Path(tempfile.mkdtemp(prefix=f"gaama-chaos-{name}-"))
     moto = _STARTED["moto"] = Moto(work) if scenario and scenario.broker_kill else None
     stack = await asyncio.to_thread(
@@ -485,13 +592,28 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         "GAAMA_OUTBOX_RESEND_S": "20",
     }
     logs = work / "logs"
-    procs = _STARTED["procs"] = {
-        n: ServiceProcess(n, settings, logs, extra=extra) for n in SERVICES
+    # Every process the run started, for the clean-up and the check that none is left.
+    everyone: list[ServiceProcess] = []
+    _STARTED["procs"] = everyone
+
+    def replica(svc: str, port: int | None = None) -> ServiceProcess:
+        # A temporary directory of its own, as a pod has (faust keeps its data directory there).
+        port = port or free_port()
+        tmp = work / "tmp" / f"{svc}-{port}"
+        tmp.mkdir(parents=True, exist_ok=True)
+        p = ServiceProcess(svc, settings, logs, port=port, extra={**extra, "TMPDIR": str(tmp)})
+        everyone.append(p)
+        return p
+
+    procs: dict[str, list[ServiceProcess]] = {
+        n: [replica(n) for _ in range(scenario.initial(n) if scenario else 1)] for n in SERVICES
     }
+    peak = {n: len(procs[n]) for n in CONSUMERS}
     redis = connect(stack.redis_url, socket_timeout=10)
     keys = Keys(PREFIX)
     index = VectorIndex(redis, settings.index_name, settings.embed_dim, keys)
-    killed: set[int] = set()
+    killed: set[int] = set()  # killed (-9) by the run
+    retired: set[int] = set()  # stopped (SIGTERM) by a scale-in
     faults_done: list[str] = []
     queries: Counter[str] = Counter()
     last_ok: list[float] = []
@@ -500,14 +622,84 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
     stop_load = asyncio.Event()
     rnd = random.Random(f"{opts.seed}:{name}")
     started = time.monotonic()
+    forget_state: dict[str, Any] = {}
+    forget_accepted = asyncio.Event()
 
     def say(line: str) -> None:
         opts.progress(f"{name} +{time.monotonic() - started:.0f}s: {line}")
 
-    async def restart(svc: str) -> None:
+    async def restart(svc: str, i: int = 0) -> None:
         # The same port, as a Service address outlives its pods: the query load keeps its URL.
-        procs[svc] = ServiceProcess(svc, settings, logs, port=procs[svc].port, extra=extra)
-        await procs[svc].astart(300)
+        procs[svc][i] = replica(svc, procs[svc][i].port)
+        await procs[svc][i].astart(300)
+
+    def kill(p: ServiceProcess) -> None:
+        assert p.proc is not None
+        killed.add(p.proc.pid)
+        p.kill(signal.SIGKILL)
+
+    async def joining(p: ServiceProcess, within_s: float = 300) -> None:
+        """Until the replica's consumer asks to join its group (a rebalance begins)."""
+        deadline = time.monotonic() + within_s
+        while "(Re-)joining group" not in _read(p.log_path):
+            if time.monotonic() > deadline or not p.alive():
+                raise devstack.StackError(f"{p.name} never joined its group; see {p.log_path}")
+            await asyncio.sleep(0.05)
+
+    async def settle(svc: str, synced: dict[ServiceProcess, int], within_s: float = 120) -> None:
+        """Until every replica in ``synced`` has joined a new generation of its group."""
+        deadline = time.monotonic() + within_s
+        while any(_read(q.log_path).count(SYNCED) <= n for q, n in synced.items()):
+            if time.monotonic() > deadline:
+                say(f"{svc}: the group did not settle in {within_s:.0f}s after a replica left")
+                return
+            await asyncio.sleep(0.2)
+
+    async def scale(step: Scale, at: float) -> None:
+        grow = {svc: step.replicas - len(procs[svc]) for svc in step.services}
+        new: list[ServiceProcess] = []
+        for svc, n in grow.items():
+            for _ in range(n):
+                p = replica(svc)
+                p.spawn()
+                procs[svc].append(p)
+                new.append(p)
+        victims: list[tuple[str, int]] = []
+        if step.kill:
+            await asyncio.gather(*(joining(p) for p in new))
+            for svc in step.services:
+                old = [i for i, p in enumerate(procs[svc]) if p not in new]
+                victims.append((svc, rnd.choice(old)))
+            for svc, i in victims:
+                kill(procs[svc][i])
+                say(f"{svc} replica {i} killed (-9) while the group rebalances")
+        await asyncio.gather(*(asyncio.to_thread(p.wait_ready, 300) for p in new))
+        if forget:  # the first step's new replicas are what must meet the forget in flight
+            forget_state.setdefault("in_flight", "done_at" not in forget_state)
+        for svc, i in victims:
+            await restart(svc, i)
+            say(f"{svc} replica {i} restarted and ready")
+
+        # A scale-in stops one replica of a stage at a time, each once the group has settled
+        # after the one before (the stages in parallel): two members leaving the dev broker's
+        # group together, the leader among them, leave it without a leader for good
+        # (docs/decisions/0151).
+        async def shrink(svc: str, n: int) -> None:
+            for _ in range(n):
+                p = procs[svc].pop(rnd.randrange(len(procs[svc])))
+                assert p.proc is not None
+                retired.add(p.proc.pid)
+                synced = {q: _read(q.log_path).count(SYNCED) for q in procs[svc]}
+                await asyncio.to_thread(p.stop)
+                await settle(svc, synced)
+
+        await asyncio.gather(*(shrink(svc, -n) for svc, n in grow.items() if n < 0))
+        for svc in CONSUMERS:
+            peak[svc] = max(peak[svc], len(procs[svc]))
+        counts = ", ".join(f"{svc} {len(procs[svc])}" for svc in step.services)
+        how = " (a replica killed -9 while the group rebalanced)" if step.kill else ""
+        faults_done.append(f"at {at:.0f}s to {counts}{how}")
+        say(f"scaled to {counts}{how}; every replica ready")
 
     async def faults() -> None:
         if scenario is None:
@@ -516,16 +708,23 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         moments = sorted(rnd.uniform(0.1, 0.6) * span for _ in scenario.kills)
         for svc, at in zip(scenario.kills, moments, strict=True):
             await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
-            victim = procs[svc].proc
-            assert victim is not None
-            killed.add(victim.pid)
-            procs[svc].kill(signal.SIGKILL)
+            kill(procs[svc][0])
             say(f"{svc} killed (-9)")
             await asyncio.sleep(1.0)
             await restart(svc)
             restarted[svc] = time.monotonic()
             faults_done.append(f"{svc} killed at {at:.0f}s")
             say(f"{svc} restarted and ready")
+        # Each step in a part of the load of its own: step k of n early in part k.
+        span = max(span, scenario.pace_s)
+        if forget:
+            await forget_accepted.wait()
+        for k, step in enumerate(scenario.scale):
+            lo = 0.0 if forget else 0.1
+            at = span * (lo + 0.6 * k / len(scenario.scale) + 0.1 * rnd.random())
+            if not (forget and k == 0):
+                await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
+            await scale(step, time.monotonic() - started)
         at = rnd.uniform(0.1, 0.5) * span
         if scenario.redis_stop_s or scenario.redis_kill or scenario.broker_kill:
             await asyncio.sleep(max(0.0, at - (time.monotonic() - started)))
@@ -552,52 +751,92 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         faults_done.append(f"{what} killed at {at:.0f}s")
         say(f"{what} restarted {how}")
 
+    async def forgetting() -> None:
+        """Ask for the forget through query's API, then follow it until it is done."""
+        if not forget:
+            return
+        headers = {"Authorization": f"Bearer key-{FORGET_TENANT}"}
+        async with httpx.AsyncClient(base_url=procs["query"][0].url, timeout=10) as c:
+            r = await c.delete(f"/v1/subjects/{forget_subject()}", headers=headers)
+            if r.status_code != 202:
+                raise devstack.StackError(f"the forget was refused: {r.status_code} {r.text}")
+            forget_state["id"] = rid = r.json()["request_id"]
+            forget_accepted.set()
+            say(f"forget of subject {forget_subject()} accepted")
+            while True:
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(httpx.HTTPError):
+                    r = await c.get(f"/v1/forget/{rid}", headers=headers)
+                    if r.status_code == 200 and r.json()["status"] == "done":
+                        forget_state["done_at"] = time.monotonic() - started
+                        say(f"forget done: {r.json()['removed']}")
+                        return
+
     try:
-        await asyncio.gather(*(p.astart(300) for p in procs.values()))
+        await asyncio.gather(*(p.astart(300) for ps in procs.values() for p in ps))
         say("services ready")
         records = poison_records() if (scenario is None or scenario.poison) else []
         records += [
-            (conversation_key(t.tenant, t.conversation), encode(t)) for t in make_turns(opts)
+            (conversation_key(t.tenant, t.conversation), encode(t))
+            for t in make_turns(opts, subjects=forget)
         ]
         started = time.monotonic()
-        await produce(stack.kafka_bootstrap, topic_name(TOPIC_TURNS, f"{PREFIX}."), records)
-        say(f"{len(records)} records produced")
-        load = asyncio.create_task(
-            _query_load(procs["query"].url, opts, stop_load, queries, last_ok)
+        producing = asyncio.create_task(
+            produce(
+                stack.kafka_bootstrap,
+                topic_name(TOPIC_TURNS, f"{PREFIX}."),
+                records,
+                scenario.pace_s if scenario else 0.0,
+            )
         )
+        if not (scenario and scenario.pace_s):
+            await producing
+            say(f"{len(records)} records produced")
+        else:
+            say(f"{len(records)} records going out over {scenario.pace_s:.0f}s")
+        load = asyncio.create_task(
+            _query_load(procs["query"][0].url, opts, stop_load, queries, last_ok)
+        )
+        forgets = asyncio.create_task(forgetting())
         chaos = asyncio.create_task(faults())
         exited: list[str] = []
         drained, drain_s, last, same, polled = False, 0.0, None, 0, 0.0
         # A scenario that has not drained in four times the reference's drain has failed.
-        limit = opts.timeout_s if ref_drain is None else min(opts.timeout_s, 4 * ref_drain + 180)
+        span = max(ref_drain or 0.0, scenario.pace_s if scenario else 0.0)
+        limit = opts.timeout_s if ref_drain is None else min(opts.timeout_s, 4 * span + 180)
         while time.monotonic() - started < limit:
             await asyncio.sleep(2.0)
             exited += [
-                f"{n} (pid {p.proc.pid})"
-                for n, p in procs.items()
-                if p.proc and not p.alive() and p.proc.pid not in killed
+                f"{p.name} (pid {p.proc.pid})"
+                for p in everyone
+                if p.proc and not p.alive() and p.proc.pid not in killed | retired
             ]
             if exited:
                 say(f"exited by itself: {exited}")
                 break
+            for task in (producing, forgets, chaos):
+                if task.done():
+                    task.result()  # a fault that could not be carried out fails the run loudly
             try:
-                done, sig = await settled(redis, keys, opts)
+                done, sig = await settled(redis, keys, opts, forget)
             except RedisError:
                 continue  # Redis is down (the scenario's own fault): look again
             if time.monotonic() - polled > 15:
                 polled = time.monotonic()
                 say(f"settled={done} degrees={sig}")
-            if done and chaos.done() and sig == last:
+            ended = producing.done() and forgets.done() and chaos.done()
+            if done and ended and sig == last:
                 same += 1
                 if same >= STABLE_POLLS:
                     drained = True
                     break
             else:
                 same, last, drain_s = 0, sig, time.monotonic() - started
-        if chaos.done():
-            chaos.result()  # a fault that could not be carried out fails the run loudly
-        else:
-            chaos.cancel()
+        for task in (producing, forgets, chaos):
+            if task.done():
+                task.result()
+            else:
+                task.cancel()
         stop_load.set()
         await load
         say(f"drained={drained} in {drain_s:.0f}s; reading the graph")
@@ -607,13 +846,15 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         llm_faults = sum(1 for fault, _ in plan[:served] if fault)
         if plan:
             faults_done.append(f"{llm_faults} LLM faults served in {served} calls")
+        if forget and "done_at" in forget_state:
+            faults_done.append(f"forget done at {forget_state['done_at']:.0f}s")
     finally:
         stop_load.set()
-        for p in procs.values():  # all at once: each takes a few seconds to shut down
+        for p in everyone:  # all at once: each takes a few seconds to shut down
             if p.alive():
                 assert p.proc is not None
                 os.killpg(p.proc.pid, signal.SIGTERM)
-        for p in procs.values():
+        for p in everyone:
             p.stop()
         await redis.aclose()
         llm.stop()
@@ -621,7 +862,7 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         if moto:
             moto.stop()
         _STARTED.clear()
-    left = [f"{n} (pgid {p.proc.pid})" for n, p in procs.items() if p.proc and _group_alive(p)]
+    left = [f"{p.name} (pgid {p.proc.pid})" for p in everyone if p.proc and _group_alive(p)]
     for pid, what in ((stack.redis_pid, "redis"), (stack.kafka_pid, "broker")):
         if pid and processes.alive(pid):
             left.append(f"{what} (pid {pid})")
@@ -640,7 +881,21 @@ async def _run(opts: Options, scenario: Scenario | None, ref_drain: float | None
         if "query" in restarted
         else None,
         llm_faults_served=llm_faults,
+        forget_done=("done_at" in forget_state) if forget else None,
+        forget_in_flight=forget_state.get("in_flight") if scenario and scenario.forget else None,
+        peak_replicas=peak,
     )
+
+
+#: What a faust worker logs once it has joined a generation of its group and has its partitions.
+SYNCED = "Successfully synced group"
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def _group_alive(p: ServiceProcess) -> bool:
@@ -663,12 +918,13 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
     lost = duplicated = edges_missing = edges_extra = unindexed = untagged = rechunked = 0
     vectors_equal = True
     per_tenant = {}
+    forget = run.forget_done is not None
     for tenant, want in ref.graphs.items():
         got = run.graphs[tenant]
         (wn, we, wv), (gn, ge, gv) = want.exact(), got.exact()
-        t_lost = len(wn - gn) + sum(max(0, opts.turns - n) for n in got.chains.values())
-        t_dup = len(gn - wn) + sum(max(0, n - opts.turns) for n in got.chains.values())
-        t_lost += opts.conversations - len(got.chains)
+        chains = {f"c{c}": chain_length(opts, tenant, c, forget) for c in range(opts.conversations)}
+        t_lost = len(wn - gn) + sum(max(0, n - got.chains.get(c, 0)) for c, n in chains.items())
+        t_dup = len(gn - wn) + sum(max(0, got.chains.get(c, 0) - n) for c, n in chains.items())
         lost += t_lost
         duplicated += t_dup
         edges_missing += len(we - ge)
@@ -719,6 +975,8 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         and not server_errors
         and run.query_back is not False
         and (run.llm_faults_served > 0 or not llm_faults_wanted)
+        and run.forget_done is not False
+        and run.forget_in_flight is not False
     )
     return {
         "name": run.scenario.name if run.scenario else "reference",
@@ -746,6 +1004,9 @@ def compare(opts: Options, ref: Run, run: Run) -> dict[str, Any]:
         "query_server_errors": server_errors,
         "query_back_after_restart": run.query_back,
         "llm_faults_served": run.llm_faults_served,
+        "forget_done": run.forget_done,
+        "forget_in_flight_at_scale": run.forget_in_flight,
+        "peak_replicas": run.peak_replicas,
         "per_tenant": per_tenant,
         "logs": str(run.log_dir),
         "passed": passed,
@@ -757,15 +1018,20 @@ async def _main(opts: Options) -> dict[str, Any]:
         f"reference run: {opts.tenants} tenants x {opts.conversations} conversations x "
         f"{opts.turns} turns"
     )
-    ref = await _run(opts, None, None)
-    reference = compare(opts, ref, ref)
-    opts.progress(
-        f"reference: {reference['nodes_out']} nodes, drained in {ref.drain_s:.0f}s, "
-        f"passed={reference['passed']}"
-    )
+    # One reference per load: the turns alone, and the turns with the forget scenarios' forget.
+    refs: dict[bool, tuple[Run, dict[str, Any]]] = {}
+    for forget in sorted({s.forget for s in opts.scenarios} or {False}):
+        ref = await _run(opts, None, None, forget=forget)
+        reference = compare(opts, ref, ref)
+        refs[forget] = ref, reference
+        opts.progress(
+            f"reference{' (forget)' if forget else ''}: {reference['nodes_out']} nodes, "
+            f"drained in {ref.drain_s:.0f}s, passed={reference['passed']}"
+        )
     rows = []
     for scenario in opts.scenarios:
         opts.progress(f"scenario {scenario.name}: {scenario.hits}")
+        ref = refs[scenario.forget][0]
         row = compare(opts, ref, await _run(opts, scenario, ref.drain_s))
         rows.append(row)
         opts.progress(
@@ -778,7 +1044,8 @@ async def _main(opts: Options) -> dict[str, Any]:
         )
     return {
         "scenarios": rows,
-        "reference": reference,
+        "reference": refs[min(refs)][1],
+        **({"reference_forget": refs[True][1]} if True in refs else {}),
         "turns": {"tenants": opts.tenants, "conversations": opts.conversations, "each": opts.turns},
         "seed": opts.seed,
         "machine": machine_info(),
