@@ -36,6 +36,7 @@ from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
 from services.runtime.progress import Progress
 from services.runtime.stall import Stall
+from services.runtime.tracing import TraceRequests, trace_request
 from services.runtime.worker import StageApp, serve_http, stage_app, stage_ready
 
 log = logging.getLogger("gaama.ingest")
@@ -109,6 +110,7 @@ def create_http_app(
     errors = http_error_metric("ingest", registry)
     install_error_handlers(api, s, errors, log)
     api.add_middleware(BodyLimit, limit=s.http_max_body_bytes)
+    api.add_middleware(TraceRequests)
 
     async def readiness() -> str | None:
         return await ready() or await producer.ready()
@@ -120,6 +122,7 @@ def create_http_app(
         """Publish one turn, or ``{"turns": [...]}`` (at most 1000), for the key's tenant."""
         tenant = authenticate(request, auth).tenant
         turns = parse_turns_request(parse_json(await request.body()), tenant, s)
+        trace_request(tenant, turns=len(turns))
         admission.take(tenant, len(turns))
         items: list[Publication] = [
             (TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t, None) for t in turns
