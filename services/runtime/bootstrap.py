@@ -121,8 +121,11 @@ class GracefulWorker(faust.Worker):
         self.service = service
 
     def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
         # mode replaced the root logger's handlers: they take the service's format again.
         if self.settings is not None:
+            if self.settings.log_format == "json":
+                self.spinner = None  # a terminal spinner's output is not a log line
             logformat.apply(self.service, self.settings)
 
     async def on_execute(self) -> None:
