@@ -45,6 +45,7 @@ from services.runtime.logs import limit_repeats
 from services.runtime.producer import EventProducer, Publication
 from services.runtime.progress import Progress
 from services.runtime.stall import Stall
+from services.runtime.tracing import TraceRequests, trace_request
 from services.runtime.worker import StageApp, serve_http, stage_app, stage_serving
 
 log = logging.getLogger("gaama.ingest")
@@ -126,6 +127,7 @@ def create_http_app(
     errors = http_error_metric("ingest", registry)
     install_error_handlers(api, s, errors, log)
     api.add_middleware(BodyLimit, limit=s.http_max_body_bytes)
+    api.add_middleware(TraceRequests)
 
     add_ops_routes(
         api,
@@ -145,6 +147,7 @@ def create_http_app(
         who.require("write")
         tenant = who.tenant
         turns = bound_turns(parse_turns_request(parse_json(await request.body()), tenant, s), who)
+        trace_request(tenant, turns=len(turns))
         admission.take(tenant, len(turns))
         items: list[Publication] = [
             (TOPIC_TURNS, conversation_key(t.tenant, t.conversation), t, None) for t in turns

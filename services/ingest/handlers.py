@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import from_json
 
-from gaama import ids
+from gaama import ids, tracing
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.episodes import episode_node, episode_stored
@@ -47,6 +47,7 @@ from services.runtime.records import (
     decoded,
     forgetting_not_wired,
 )
+from services.runtime.tracing import batch_links, handling
 
 log = logging.getLogger("gaama.ingest")
 
@@ -107,7 +108,9 @@ async def handle(batch: list[Record], deps: IngestDeps) -> BatchResult:
                 result.failed.append(forgetting_not_wired(record))
                 continue
             result.writes.append(partial(_cut, deps.forgetting, event))
-            result.out.append(Outgoing(TOPIC_EPISODES, event.key(), event, event.partition))
+            result.out.append(
+                Outgoing(TOPIC_EPISODES, event.key(), event, event.partition, record.headers)
+            )
         else:
             turns.append((record, event))
     await _store(turns, deps, result)
@@ -126,7 +129,17 @@ async def _store(
     present = await _existing(deps.graph, nodes)
     todo = [i for i, n in enumerate(nodes) if n.id not in present]
     if todo:
-        vectors = await deps.embedder.embed([nodes[i].text for i in todo])
+        # The batch's work is done once: its span is the first turn's, linked to the others.
+        first = turns[todo[0]]
+        with (
+            handling(first[0], first[1].tenant),
+            tracing.span(
+                "episode.embed",
+                lambda: {"gaama.episodes": len(todo)},
+                links=batch_links([turns[i][0] for i in todo[1:]]),
+            ),
+        ):
+            vectors = await deps.embedder.embed([nodes[i].text for i in todo])
         for row, i in enumerate(todo):
             nodes[i].vector = vectors[row].tolist()
     # Turns whose node exists (a redelivery) are left out; the rest in arrival order.
@@ -136,15 +149,31 @@ async def _store(
             TOPIC_EPISODES,
             conversation_key(turn.tenant, turn.conversation),
             episode_stored(turn, node),
+            headers=record.headers,
         )
-        for (_, turn), node in zip(turns, nodes, strict=True)
+        for (record, turn), node in zip(turns, nodes, strict=True)
     }
     result.out += events.values()
     if not new:
         return
     records = {node.id: record for (record, _), node in zip(turns, nodes, strict=True)}
+    written = [records[n.id] for n in new]
 
     async def append(into: BatchResult) -> None:
+        with (
+            handling(written[0], new[0].tenant),
+            tracing.span(
+                "episode.write",
+                lambda: {
+                    "gaama.episodes": len(new),
+                    "gaama.tenant.digest": tracing.tenant_digest(new[0].tenant),
+                },
+                links=batch_links(written[1:]),
+            ),
+        ):
+            await _append(into)
+
+    async def _append(into: BatchResult) -> None:
         try:
             into.stored["episode"] += sum(await deps.graph.append_episodes(new))
         except StoreUnavailable:

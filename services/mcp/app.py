@@ -34,7 +34,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from gaama import ids
+from gaama import ids, tracing
 from gaama.client import AsyncGaamaClient
 from gaama.config import Settings
 from gaama.events import describe
@@ -45,6 +45,7 @@ from services.mcp.settings import McpSettings
 from services.runtime.auth import Authenticator, AuthError, api_key_from_headers
 from services.runtime.http import ReadyCheck, health_body, metrics_refused
 from services.runtime.loop_monitor import LoopMonitor
+from services.runtime.tracing import TraceRequests, carrier
 
 log = logging.getLogger("gaama.mcp")
 
@@ -80,6 +81,9 @@ class _Lent(httpx.AsyncBaseTransport):
         self._pool = pool
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        # The REST call joins the tool call's trace (W3C traceparent/tracestate).
+        for name, value in carrier():
+            request.headers[name] = value.decode("latin-1")
         return await self._pool.handle_async_request(request)
 
     async def aclose(self) -> None:
@@ -233,7 +237,11 @@ class ToolCalls:
             if problem is not None:
                 outcome.reason, message = problem
                 return _error(h.ToolFailure(outcome.reason, message).message)
-            result = await call_next(ctx)
+            with tracing.span(
+                f"execute_tool {label}",
+                lambda: {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": label},
+            ):
+                result = await call_next(ctx)
             failed = (
                 result.get("isError")
                 if isinstance(result, dict)
@@ -605,6 +613,9 @@ def create_http_app(
             Route("/metrics", metrics),
             Mount("/", app=mcp_app),
         ],
-        middleware=[Middleware(ApiKeyGate, auth=Authenticator(settings))],
+        middleware=[
+            Middleware(TraceRequests),
+            Middleware(ApiKeyGate, auth=Authenticator(settings)),
+        ],
         lifespan=lifespan,
     )

@@ -23,6 +23,8 @@ from gaama.errors import ConfigError, GaamaError
 from gaama.metrics import mcp_metrics
 from services.mcp.app import TOOLS, Gateway, build_server, create_http_app
 from services.mcp.settings import load_mcp_settings
+from services.runtime import logformat
+from services.runtime import tracing as trace_context
 
 log = logging.getLogger("gaama.mcp")
 
@@ -60,6 +62,7 @@ def run_stdio() -> int:
 
 def run_http() -> int:
     settings = load_settings()
+    trace_context.start("mcp", settings)
     check_http_keys(settings)
     mcp = load_mcp_settings("http")
     if mcp.api_key is not None:
@@ -74,9 +77,14 @@ def run_http() -> int:
         mcp.query_url,
         mcp.ingest_url,
     )
-    uvicorn.Server(
-        uvicorn.Config(app, host=settings.http_host, port=mcp.mcp_port, log_level="info")
-    ).run()
+    config = uvicorn.Config(
+        app,
+        host=settings.http_host,
+        port=mcp.mcp_port,
+        log_level="info",
+        log_config=logformat.uvicorn_log_config(settings),
+    )
+    uvicorn.Server(config).run()
     return 0
 
 
@@ -85,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stdio", action="store_true", help="serve one client over stdin/stdout")
     args = p.parse_args(argv)
     # stdout is the protocol channel over stdio: logs go to stderr (basicConfig's default).
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=logformat.TEXT_FORMAT)
     try:
         return run_stdio() if args.stdio else run_http()
     except GaamaError as exc:  # bad or missing config

@@ -42,6 +42,7 @@ from services.query.routes import register_memory_routes
 from services.runtime.admission import Admission, tenant_metrics
 from services.runtime.auth import Authenticator
 from services.runtime.http import BodyLimit, add_ops_routes, install_error_handlers
+from services.runtime.tracing import TraceRequests
 
 log = logging.getLogger("gaama.query")
 
@@ -95,6 +96,7 @@ def create_app(
     app.add_middleware(CountRequests, counter=metrics.requests)
     install_error_handlers(app, deps.settings, metrics.errors, log)
     app.add_middleware(BodyLimit, limit=deps.settings.http_max_body_bytes)
+    app.add_middleware(TraceRequests)
 
     @app.post("/v1/search", response_model=SearchResponse)
     async def search(body: SearchRequest, who: Reader) -> Response:

@@ -19,6 +19,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
+from uvicorn.config import LOGGING_CONFIG
 
 from gaama import coalesce
 from gaama.config import Settings, load_settings
@@ -37,6 +38,8 @@ from gaama.store.forget import ForgetStore
 from services.query.app import create_app
 from services.query.handlers import Answerer, QueryDeps
 from services.query.memories import ForgetDeps
+from services.runtime import logformat
+from services.runtime import tracing as trace_context
 from services.runtime.bootstrap import connect_stores
 from services.runtime.heap import settle_heap
 from services.runtime.loop_monitor import LoopMonitor
@@ -128,7 +131,13 @@ def build(settings: Settings) -> FastAPI:
 MAX_REQUEST_HEAD_BYTES = 2 * 1024 * 1024
 
 
-def server_config(app: FastAPI, host: str, port: int, grace_s: float = 30.0) -> uvicorn.Config:
+def server_config(
+    app: FastAPI,
+    host: str,
+    port: int,
+    grace_s: float = 30.0,
+    log_config: dict[str, Any] | None = LOGGING_CONFIG,
+) -> uvicorn.Config:
     """The uvicorn configuration the service runs with (tests start the same).
 
     On SIGTERM uvicorn stops accepting connections and lets the requests in flight finish;
@@ -140,6 +149,7 @@ def server_config(app: FastAPI, host: str, port: int, grace_s: float = 30.0) -> 
         host=host,
         port=port,
         log_level="info",
+        log_config=log_config,
         h11_max_incomplete_event_size=MAX_REQUEST_HEAD_BYTES,
         timeout_graceful_shutdown=max(1, round(grace_s - stop_reserve(grace_s))),
     )
@@ -152,15 +162,22 @@ def _exit_cleanly(signum: int, frame: FrameType | None) -> None:
 
 
 def main() -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=logformat.TEXT_FORMAT)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     try:
         settings = load_settings()
+        trace_context.start("query", settings)
         app = build(settings)
     except GaamaError as exc:  # bad config, Redis down, index of another dimension
         print(f"query: {exc}", file=sys.stderr)  # noqa: T201
         return 2
-    config = server_config(app, settings.http_host, settings.query_port, settings.shutdown_grace_s)
+    config = server_config(
+        app,
+        settings.http_host,
+        settings.query_port,
+        settings.shutdown_grace_s,
+        log_config=logformat.uvicorn_log_config(settings),
+    )
     uvicorn.Server(config).run()
     return 0
 

@@ -32,6 +32,8 @@ from gaama.store.forget import ForgetStore
 from gaama.store.graph import GraphStore
 from gaama.store.keys import Keys
 from gaama.store.vectors import VectorIndex
+from services.runtime import logformat
+from services.runtime import tracing as trace_context
 from services.runtime.heap import settle_heap
 from services.runtime.logs import limit_repeats
 from services.runtime.loop_monitor import LoopMonitor
@@ -114,9 +116,23 @@ class GracefulWorker(faust.Worker):
     """faust's worker, with SIGTERM (and SIGINT) draining the stage's batch before faust stops
     the app (:mod:`services.runtime.shutdown`)."""
 
-    def __init__(self, app: StageApp, **kwargs: Any) -> None:
+    def __init__(
+        self, app: StageApp, settings: Settings | None = None, *, service: str = "", **kwargs: Any
+    ) -> None:
+        if settings is not None:
+            kwargs.setdefault("loglevel", settings.log_level)
         super().__init__(app, **kwargs)
         self.drain = app.drain
+        self.settings = settings
+        self.service = service
+
+    def on_setup_root_logger(self, logger: logging.Logger, level: int) -> None:
+        super().on_setup_root_logger(logger, level)
+        # mode replaced the root logger's handlers: they take the service's format again.
+        if self.settings is not None:
+            if self.settings.log_format == "json":
+                self.spinner = None  # a terminal spinner's output is not a log line
+            logformat.apply(self.service, self.settings)
 
     async def on_execute(self) -> None:
         await super().on_execute()
@@ -139,12 +155,13 @@ def run_worker(
     settings: Settings,
     warm: Callable[[], None] | None = None,
     gc_pauses: Histogram | None = None,
+    service: str = "",
 ) -> int:
     if warm is not None:
         warm()  # load the model before taking traffic, not on the first batch
     settle_heap(settings, gc_pauses)
     try:
-        GracefulWorker(app, loglevel="INFO").execute_from_commandline()
+        GracefulWorker(app, settings, service=service).execute_from_commandline()
     except GaamaError as exc:
         log.error("stopped: %s", exc)
         return 2
@@ -171,12 +188,13 @@ def serve(
 ) -> int:
     """Start the stage ``name``: logging, settings (a bad one: the message and exit code 2),
     metrics, embedder and stores; ``wire`` builds the faust app from them, which then runs."""
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logging.basicConfig(level=logging.INFO, format=logformat.TEXT_FORMAT)
     try:
         settings = load_settings()
     except ConfigError as exc:
         print(f"{name}: {exc}", file=sys.stderr)  # noqa: T201
         return 2
+    trace_context.start(name, settings)
     registry = CollectorRegistry()
     metrics = stage_metrics(name, registry, tasks=tasks)
     embedder = build_embedder(settings, embed_metrics(name, registry))
@@ -190,4 +208,5 @@ def serve(
         settings,
         warm=getattr(embedder, "warm_up", None),
         gc_pauses=gc_pause_metric(name, registry),
+        service=name,
     )

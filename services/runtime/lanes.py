@@ -7,12 +7,14 @@ events in lanes, and a forget request a barrier between the events before it and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Protocol, TypeVar
 
 from gaama.events import ForgetRequested
 from gaama.forgetting import Forgetting
 from services.runtime.records import BatchResult, Record, decoded, forgetting_not_wired
+from services.runtime.tracing import handling
 
 
 class InConversation(Protocol):
@@ -62,14 +64,24 @@ async def handle_in_lanes(
     """``step`` over the batch's events in one lane per conversation (:func:`run_lanes`), each
     outcome passed to ``done`` in lane order. A forget request waits for the events before it
     and holds back those after it; then ``forget`` handles it (with ``forgetting``, or the
-    record fails as unsupported when the stage has none). Records ``decode`` rejects fail."""
+    record fails as unsupported when the stage has none). Records ``decode`` rejects fail.
+
+    Each event is handled as its record's work (:func:`~services.runtime.tracing.handling`),
+    and the events its outcome publishes carry its record's trace context."""
     result = BatchResult()
-    lanes: dict[Hashable, list[E]] = {}
+    lanes: dict[Hashable, list[tuple[Record, E]]] = {}
+
+    async def traced(item: tuple[Record, E]) -> tuple[Record, R]:
+        record, ev = item
+        with handling(record, ev.tenant):
+            return record, await step(ev)
 
     async def run() -> None:
-        for outcomes in await run_lanes(lanes, step, concurrency):
-            for outcome in outcomes:
+        for outcomes in await run_lanes(lanes, traced, concurrency):
+            for record, outcome in outcomes:
+                before = len(result.out)
                 done(result, outcome)
+                _carry(result, before, record)
         lanes.clear()
 
     for record, ev in decoded(batch, result, decode):
@@ -78,8 +90,20 @@ async def handle_in_lanes(
             if forgetting is None:
                 result.failed.append(forgetting_not_wired(record))
             else:
-                await forget(forgetting, ev, result)
+                before = len(result.out)
+                with handling(record, ev.tenant):
+                    await forget(forgetting, ev, result)
+                _carry(result, before, record)
             continue
-        lanes.setdefault((ev.tenant, ev.conversation), []).append(ev)
+        lanes.setdefault((ev.tenant, ev.conversation), []).append((record, ev))
     await run()
     return result
+
+
+def _carry(result: BatchResult, start: int, record: Record) -> None:
+    """The events added to ``result.out`` from ``start`` on carry ``record``'s trace context."""
+    if not record.headers:
+        return
+    for i in range(start, len(result.out)):
+        if not result.out[i].headers:
+            result.out[i] = dataclasses.replace(result.out[i], headers=record.headers)

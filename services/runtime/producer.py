@@ -23,6 +23,7 @@ from gaama.errors import BrokerUnavailable
 from gaama.events import Event, encode, topic_name
 from services.runtime.kafka import client_options
 from services.runtime.logs import OutageLog
+from services.runtime.tracing import carrier, publishing
 
 log = logging.getLogger("gaama.producer")
 
@@ -88,12 +89,22 @@ class EventProducer:
 
         async def publish() -> None:
             producer = await self._started()
-            futures = [
-                await producer.send(
-                    topic_name(base, prefix), encode(event), key=key, partition=partition
-                )
-                for base, key, event, partition in items
-            ]
+            # Each record carries the caller's trace context (the HTTP request's span), through
+            # its publish span.
+            parent = carrier()
+            futures = []
+            for base, key, event, partition in items:
+                topic = topic_name(base, prefix)
+                with publishing(topic, parent) as headers:
+                    futures.append(
+                        await producer.send(
+                            topic,
+                            encode(event),
+                            key=key,
+                            partition=partition,
+                            headers=list(headers) or None,
+                        )
+                    )
             await asyncio.gather(*futures)
 
         try:

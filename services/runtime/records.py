@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from gaama.errors import ValidationError
 from gaama.events import Event
@@ -22,16 +22,22 @@ class Record:
     value: bytes
     partition: int | None = None
     offset: int | None = None
+    # The trace-context headers the record's output carries, and the context its work runs in
+    # (services.runtime.tracing; None: no trace).
+    headers: tuple[tuple[str, bytes], ...] = ()
+    trace: Any = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
 class Outgoing:
-    """An event to publish: ``topic`` is the logical name (the runtime adds the prefix)."""
+    """An event to publish: ``topic`` is the logical name (the runtime adds the prefix);
+    ``headers``: the trace context it was made in (services.runtime.tracing)."""
 
     topic: str
     key: bytes
     event: Event
     partition: int | None = None  # None: the key chooses (fan-out events name theirs)
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

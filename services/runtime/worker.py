@@ -47,6 +47,7 @@ from services.runtime.records import BatchResult, Failure, Record
 from services.runtime.salvage import undecodable
 from services.runtime.shutdown import Drain
 from services.runtime.stall import Stall
+from services.runtime.tracing import consumed, publishing, trace_headers
 
 log = logging.getLogger("gaama.runtime")
 
@@ -137,11 +138,15 @@ class Publisher:
     async def publish(self, result: BatchResult, source_base: str) -> None:
         futures = []
         for o in result.out:
-            futures.append(
-                await self.topic(o.topic).send(
-                    key=o.key, value=encode(o.event), partition=o.partition
+            with publishing(o.topic, o.headers) as headers:
+                futures.append(
+                    await self.topic(o.topic).send(
+                        key=o.key,
+                        value=encode(o.event),
+                        partition=o.partition,
+                        headers=list(headers) or None,
+                    )
                 )
-            )
         for f in result.failed:
             letter = DeadLetter.of(
                 source_topic=f.record.topic,
@@ -160,10 +165,17 @@ class Publisher:
                 f.record.offset,
                 f.reason,
                 f.error,
+                extra={
+                    "topic": f.record.topic,
+                    "partition": f.record.partition,
+                    "offset": f.record.offset,
+                },
             )
             futures.append(
                 await self.topic(dlq(source_base)).send(
-                    key=f.record.key or b"", value=encode(letter)
+                    key=f.record.key or b"",
+                    value=encode(letter),
+                    headers=list(f.record.headers) or None,
                 )
             )
         if futures:
@@ -219,13 +231,19 @@ def consume(
             if mark is not None:
                 salvaged.append(_undecodable_failure(e.message, mark))
                 continue
+            msg = e.message
+            trace, headers = consumed(
+                msg.topic, msg.partition, msg.offset, trace_headers(msg.headers), service
+            )
             records.append(
                 Record(
-                    topic=e.message.topic,
+                    topic=msg.topic,
                     key=e.key,
                     value=e.value,
-                    partition=e.message.partition,
-                    offset=e.message.offset,
+                    partition=msg.partition,
+                    offset=msg.offset,
+                    headers=headers,
+                    trace=trace,
                 )
             )
         t0 = time.perf_counter()

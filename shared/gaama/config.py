@@ -436,6 +436,19 @@ class Settings(BaseSettings):
     ingest_tenant_rate: float = Field(500.0, ge=0, le=1000000)
     ingest_tenant_burst: int = Field(2000, ge=1, le=10000000)
 
+    # --- logs and traces (docs/operations.md, "Tracing and logs") ---------------------------
+    # ``json``: one JSON object per line (time, level, logger, message, service, trace and
+    # record fields); ``text``: plain lines for a terminal.
+    log_format: Literal["text", "json"] = "text"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = "INFO"
+    # Where spans go: nowhere (a no-op tracer), OTLP over HTTP (endpoint and headers from the
+    # standard OTEL_EXPORTER_OTLP_* variables), the console, or JSON lines in ``otel_file``.
+    otel_exporter: Literal["none", "otlp", "console", "file"] = "none"
+    otel_file: str | None = None
+    # Share of new traces recorded; a record or request that arrives in a trace follows the
+    # sampling decision its parent made.
+    otel_sample_ratio: float = Field(1.0, ge=0, le=1)
+
     retrieval: RetrievalSettings = Field(default_factory=RetrievalSettings)
     limits: RequestLimits = Field(default_factory=RequestLimits)
 
@@ -445,7 +458,12 @@ class Settings(BaseSettings):
         # "minilm" named the only local backend before the ONNX one; same model, same vectors.
         return "onnx" if v == "minilm" else v
 
-    @field_validator("metrics_token", "api_keys_file", "onnx_model_dir", mode="before")
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _level_upper(cls, v: object) -> object:
+        return v.upper() if isinstance(v, str) else v
+
+    @field_validator("metrics_token", "api_keys_file", "onnx_model_dir", "otel_file", mode="before")
     @classmethod
     def _empty_is_unset(cls, v: object) -> object:
         # An empty variable (a placeholder Secret) means "not set", never "the empty token".
@@ -504,6 +522,8 @@ class Settings(BaseSettings):
             raise ValueError(
                 "GAAMA_REDIS__SSL_* files are set but GAAMA_REDIS_URL is not rediss:// (TLS)"
             )
+        if self.otel_exporter == "file" and not self.otel_file:
+            raise ValueError("GAAMA_OTEL_EXPORTER=file needs GAAMA_OTEL_FILE (a path)")
         if self.llm_cassette_mode != "off" and not self.llm_cassette:
             raise ValueError("GAAMA_LLM_CASSETTE_MODE is set but GAAMA_LLM_CASSETTE is not")
         return self

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from gaama import ids
+from gaama import ids, tracing
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.errors import ChunkBusy, NodesGone
@@ -177,6 +177,13 @@ class ExtractionPipeline:
                 full, or its session ended) is retried until it can; skipping it would let the
                 next turns into this chunk and move its boundary.
         """
+        with tracing.span(
+            "chunk.close",
+            lambda: {"gaama.tenant.digest": tracing.tenant_digest(tenant), "gaama.chunk.why": why},
+        ):
+            return await self._close(tenant, conversation, why)
+
+    async def _close(self, tenant: str, conversation: str, why: str) -> FactsExtracted | None:
         async with self._leases.held(tenant, conversation) as token:
             for attempt in range(_GONE_RETRIES):
                 if attempt and not await self._leases.still_held(token):
@@ -327,7 +334,11 @@ class ExtractionPipeline:
         )
         started = time.perf_counter()
         try:
-            result = await self.d.extractor.extract(chunk, context)
+            with tracing.span(
+                "chunk.extract",
+                lambda: {"gaama.extractor": self.d.extractor.name, "gaama.episodes": len(chunk)},
+            ):
+                result = await self.d.extractor.extract(chunk, context)
         finally:
             if self.d.llm_metrics and self.d.extractor.name == "offline":
                 # The LLM client counts its own calls; count the offline extractor's here.
@@ -451,15 +462,25 @@ class ExtractionPipeline:
         ]
         if outbox is not None:  # the event waits with the data until reflect has handled it
             queue.append(outbox.add_ops(tenant, chunk_id, encode(event), self._now()))
-        await self.d.graph.write(
-            tenant,
-            [*fact_nodes, *new_concepts.values()],
-            edges,
-            node_fields=fact_fields,
-            also=queue,
-            # an ended fact stored before must still be there (a forget may have removed it)
-            require=list(dict.fromkeys([*chunk_ids, *fact_fields, *stored_ended])),
-        )
+        with tracing.span(
+            "facts.write",
+            lambda: {
+                "gaama.tenant.digest": tracing.tenant_digest(tenant),
+                "gaama.chunk.id": chunk_id,
+                "gaama.facts": len(fact_ids),
+                "gaama.facts.new": len(new_fact_ids),
+                "gaama.concepts.new": len(new_concepts),
+            },
+        ):
+            await self.d.graph.write(
+                tenant,
+                [*fact_nodes, *new_concepts.values()],
+                edges,
+                node_fields=fact_fields,
+                also=queue,
+                # an ended fact stored before must still be there (a forget may have removed it)
+                require=list(dict.fromkeys([*chunk_ids, *fact_fields, *stored_ended])),
+            )
         if outbox is not None:
             await outbox.announce(tenant)
         await self.d.chunks.forget_if_empty(tenant, conversation)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gaama import ids
+from gaama import ids, tracing
 from gaama.config import Settings
 from gaama.embed import Embedder
 from gaama.errors import NodesGone
@@ -66,6 +66,17 @@ class ReflectionPipeline:
         Reflections are written only while every fact they cite exists: a forget that removes
         one meanwhile makes the chunk be reflected again from the facts that are left.
         """
+        with tracing.span(
+            "reflect",
+            lambda: {
+                "gaama.tenant.digest": tracing.tenant_digest(ev.tenant),
+                "gaama.chunk.id": ev.chunk_id,
+                "gaama.facts.new": len(ev.new_fact_ids),
+            },
+        ):
+            return await self._on_facts(ev)
+
+    async def _on_facts(self, ev: FactsExtracted) -> list[str]:
         written: list[str] = []
         for _ in range(3):
             try:
@@ -188,13 +199,14 @@ class ReflectionPipeline:
                     )
                 )
                 edges += [Edge(rid, f, EdgeKind.DERIVED_FROM_FACT) for f in facts]
-        await self.d.graph.write(
-            t,
-            written,
-            edges,
-            set_state={mark: "1"},
-            require=list(dict.fromkeys(e.dst for e in edges)),
-        )
+        with tracing.span("reflections.write", lambda: {"gaama.reflections": len(written)}):
+            await self.d.graph.write(
+                t,
+                written,
+                edges,
+                set_state={mark: "1"},
+                require=list(dict.fromkeys(e.dst for e in edges)),
+            )
         log.info(
             "chunk %s: %d reflections from %d facts (%s)",
             ev.chunk_id,

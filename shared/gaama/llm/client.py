@@ -33,6 +33,7 @@ import openai
 from openai import AsyncOpenAI
 from prometheus_client import CollectorRegistry
 
+from gaama import tracing
 from gaama.config import Settings
 from gaama.errors import (
     CassetteMiss,
@@ -292,6 +293,25 @@ class LLMClient:
     async def _attempt(
         self, stage: str, system: str, user: str, schema: dict[str, Any], schema_name: str
     ) -> dict[str, Any]:
+        # One client span per request to the endpoint, named and described as the OpenTelemetry
+        # generative-AI conventions say ("chat <model>", gen_ai.*).
+        with tracing.span(
+            f"chat {self.model}",
+            lambda: {
+                "gen_ai.operation.name": "chat",
+                "gen_ai.provider.name": "openai",
+                "gen_ai.system": "openai",
+                "gen_ai.request.model": self.model,
+                "gen_ai.output.type": "json",
+                "gaama.llm.stage": stage,
+            },
+            kind=tracing.SpanKind.CLIENT,
+        ):
+            return await self._request(stage, system, user, schema, schema_name)
+
+    async def _request(
+        self, stage: str, system: str, user: str, schema: dict[str, Any], schema_name: str
+    ) -> dict[str, Any]:
         client = self._client
         if client is None:
             raise ConfigError(f"LLM client for {self.model} is closed")
@@ -361,6 +381,7 @@ class LLMClient:
             self._metrics.tokens.labels("in").inc(getattr(usage, "prompt_tokens", 0) or 0)
             self._metrics.tokens.labels("out").inc(getattr(usage, "completion_tokens", 0) or 0)
         choices = getattr(completion, "choices", None) or []
+        tracing.annotate(lambda: _usage_attributes(completion, usage, choices))
         if not choices:
             raise BadOutput("response has no choices")
         choice = choices[0]
@@ -390,3 +411,22 @@ class LLMClient:
             getattr(usage, "completion_tokens", None),
         )
         return answer
+
+
+def _usage_attributes(completion: Any, usage: Any, choices: list[Any]) -> tracing.Attributes:
+    """The gen_ai response attributes of a completion: model, token counts, finish reasons."""
+    out: dict[str, tracing.AttributeValue] = {}
+    model = getattr(completion, "model", None)
+    if isinstance(model, str):
+        out["gen_ai.response.model"] = model
+    for attr, field in (
+        ("gen_ai.usage.input_tokens", "prompt_tokens"),
+        ("gen_ai.usage.output_tokens", "completion_tokens"),
+    ):
+        n = getattr(usage, field, None)
+        if isinstance(n, int):
+            out[attr] = n
+    reasons = [str(c.finish_reason) for c in choices if getattr(c, "finish_reason", None)]
+    if reasons:
+        out["gen_ai.response.finish_reasons"] = reasons
+    return out

@@ -61,6 +61,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
+from gaama import tracing
 from gaama.config import RetrievalSettings, Settings
 from gaama.embed import Embedder
 from gaama.metrics import QUERY_STAGES, QueryMetrics
@@ -237,6 +238,7 @@ class Retriever:
         w_sim = 0.0 if mode == "ppr" else p.w_sim
         timings = dict.fromkeys(QUERY_STAGES, 0.0)
         started = clock = time.perf_counter()
+        started_ns = time.time_ns()
 
         def lap(stage: str) -> None:
             nonlocal clock
@@ -364,6 +366,20 @@ class Retriever:
             tokens=sum(self.token_sizes(memory)) if in_tokens else None,
         )
         self._observe(out, time.perf_counter() - started)
+        # The stages as spans from the same timings the metrics observe.
+        tracing.timed(
+            "search",
+            started_ns,
+            timings,
+            lambda: {
+                "gaama.tenant.digest": tracing.tenant_digest(tenant),
+                "gaama.search.mode": mode,
+                "gaama.search.k": k,
+                "gaama.search.subgraph_nodes": out.subgraph_nodes,
+                "gaama.search.ppr_iterations": iterations,
+                "gaama.search.memory_items": len(memory),
+            },
+        )
         return out
 
     async def _with_successors(
