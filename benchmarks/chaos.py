@@ -880,8 +880,8 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--turns", type=int, default=None, help="per conversation; 250 (short: 50)")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--json", default="bench-results/chaos.json", metavar="PATH")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="with --write-docs")
-    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument("--docs", default="docs/performance.md", help="with --write-docs")
+    p.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     p.add_argument(
         "--report",
         nargs="+",
