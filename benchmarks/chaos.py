@@ -87,8 +87,8 @@ EXACT_NODES = frozenset({NodeKind.EPISODE.value, NodeKind.FACT.value})
 EXACT_EDGES = frozenset({EdgeKind.NEXT.value, EdgeKind.DERIVED_FROM.value})
 #: Every conversation ends with an end-of-session turn, so no chunk needs the idle close; a close
 #: that happens anyway moves a chunk boundary, so the idle time must be longer than a service's
-#: outage here: two kills in a row, the second right as the restart is ready, kept ingest away
-#: for 21-22 s (docs/benchmarks.md, "Reading the chaos table").
+#: outage the harness causes (two kills in a row, the second right as the restart is ready;
+#: docs/decisions/0018-chaos-timings.md).
 CHUNK_IDLE_S = 60.0
 STABLE_POLLS = 3  # consecutive equal polls (2 s apart) after every chunk is reflected
 
