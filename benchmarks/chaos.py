@@ -92,9 +92,9 @@ LLM_TIMEOUT_S = 3.0
 EXACT_NODES = frozenset({NodeKind.EPISODE.value, NodeKind.FACT.value})
 EXACT_EDGES = frozenset({EdgeKind.NEXT.value, EdgeKind.DERIVED_FROM.value})
 #: Every conversation ends with an end-of-session turn, so no chunk needs the idle close; a close
-#: that happens anyway moves a chunk boundary, so the idle time must be longer than the longest
-#: outage a scenario causes (two kills in a row, the second right as the restart is ready)
-#: (decision: "Reading the chaos table").
+#: that happens anyway moves a chunk boundary, so the idle time must be longer than a service's
+#: outage the harness causes (two kills in a row, the second right as the restart is ready;
+#: docs/decisions/0018-chaos-timings.md).
 CHUNK_IDLE_S = 60.0
 STABLE_POLLS = 3  # consecutive equal polls (2 s apart) after every chunk is reflected
 #: How long the scale scenarios spread their turns over: long enough for a replica to start,
@@ -1192,8 +1192,8 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--turns", type=int, default=None, help="per conversation; 250 (short: 50)")
     p.add_argument("--seed", type=int, default=16)
     p.add_argument("--json", default="bench-results/chaos.json", metavar="PATH")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="with --write-docs")
-    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument("--docs", default="docs/performance.md", help="with --write-docs")
+    p.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     p.add_argument(
         "--report",
         nargs="+",

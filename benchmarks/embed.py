@@ -246,7 +246,7 @@ def register(sub: SubParsers) -> None:
     )
     p.add_argument("--json", default="bench-results/embed.json", metavar="PATH")
     p.add_argument(
-        "--write-docs", action="store_true", help="update the embed section of docs/benchmarks.md"
+        "--write-docs", action="store_true", help="update the embed section of docs/performance.md"
     )
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.set_defaults(func=_cli)

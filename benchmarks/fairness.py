@@ -8,7 +8,7 @@ alone (its solo p50), then while tenant A sends waves of ``--burst`` concurrent 
 run is repeated with the quotas off (``--no-compare`` skips it), to show what admission control
 buys. Reported: B's p50/p95 solo and under the burst, their ratio (the target is ≤ 3), B's
 errors (the target is none), A's answers by status (0: no answer). JSON in
-``bench-results/fairness.json``; ``--write-docs`` updates the section in docs/benchmarks.md.
+``bench-results/fairness.json``; ``--write-docs`` updates the section in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--no-compare", dest="compare", action="store_false", help="quotas on only")
     p.add_argument("--redis-url", default=None, help="use this Redis (default: embedded stack)")
     p.add_argument("--json", default="bench-results/fairness.json", metavar="PATH")
-    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.add_argument("--keep", action="store_true", help="keep the loaded tenants and index")
     p.set_defaults(func=_cli)

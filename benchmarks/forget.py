@@ -262,6 +262,6 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--redis-url", default=None, help="with --kafka-bootstrap: use these servers")
     p.add_argument("--kafka-bootstrap", default=None)
     p.add_argument("--json", default="bench-results/forget.json", metavar="PATH")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="with --write-docs")
-    p.add_argument("--write-docs", action="store_true", help="update docs/benchmarks.md")
+    p.add_argument("--docs", default="docs/performance.md", help="with --write-docs")
+    p.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     p.set_defaults(func=_cli)

@@ -541,8 +541,8 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--kafka-bootstrap", default=None)
     p.add_argument("--json", default="bench-results/ingest.json", metavar="PATH")
     p.add_argument(
-        "--write-docs", action="store_true", help="update the ingest section of docs/benchmarks.md"
+        "--write-docs", action="store_true", help="update the ingest section of docs/performance.md"
     )
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(func=_cli)

@@ -810,9 +810,9 @@ def register(sub: SubParsers) -> None:
         help="write each question's evidence ranks (1-20 or null) and memory coverage per mode",
     )
     p.add_argument(
-        "--write-docs", action="store_true", help="update the LoCoMo section of docs/benchmarks.md"
+        "--write-docs", action="store_true", help="update the LoCoMo section of docs/performance.md"
     )
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.add_argument(
         "--param",
         action="append",

@@ -720,6 +720,6 @@ def register(sub: SubParsers) -> None:
     p.add_argument(
         "--write-docs", action="store_true", help="update the Pipeline section of the docs"
     )
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     p.set_defaults(func=_cli)

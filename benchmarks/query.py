@@ -777,9 +777,9 @@ def register(sub: SubParsers) -> None:
     p.add_argument("--kafka-bootstrap", default=None, help=argparse.SUPPRESS)  # not needed here
     p.add_argument("--json", default="bench-results/query.json", metavar="PATH")
     p.add_argument(
-        "--write-docs", action="store_true", help="update the query section of docs/benchmarks.md"
+        "--write-docs", action="store_true", help="update the query section of docs/performance.md"
     )
-    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/performance.md", help=argparse.SUPPRESS)
     p.add_argument(
         "--backends",
         default=backends.DEFAULT,

@@ -7,7 +7,7 @@ extract and reflect one after another (each restarted at once), then the query s
 Reported per service: the exit code and the seconds from SIGTERM to exit (the grace is
 ``GAAMA_SHUTDOWN_GRACE_S``, default 30), the query service's in-flight searches answered, and
 whether every turn ended up as exactly one episode. JSON in ``bench-results/shutdown.json``;
-``--write-docs`` updates the section in docs/operations.md.
+``--write-docs`` updates the section in docs/performance.md.
 """
 
 from __future__ import annotations
@@ -223,6 +223,6 @@ def register(sub: SubParsers) -> None:
         "--searches", type=int, default=4, help="searches in flight at the query's SIGTERM"
     )
     p.add_argument("--json", default="bench-results/shutdown.json", metavar="PATH")
-    p.add_argument("--docs", default="docs/operations.md", help="with --write-docs")
-    p.add_argument("--write-docs", action="store_true", help="update docs/operations.md")
+    p.add_argument("--docs", default="docs/performance.md", help="with --write-docs")
+    p.add_argument("--write-docs", action="store_true", help="update docs/performance.md")
     p.set_defaults(func=_cli)

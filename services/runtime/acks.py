@@ -24,7 +24,7 @@ with ``appendfsync everysec``), so it runs in the background while the next batc
 Why more than one: with ``everysec`` Redis fsyncs about once a second. With one batch behind,
 a batch handled in less than that waits for an fsync of its own, so ingest runs at the fsync's
 pace, not the embedder's; with two behind, one fsync covers two batches
-(decision: "Ingest: batches finishing behind, appends deferred").
+(docs/decisions/0015-batches-finish-behind.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ collection scans all of them. A service's heap is mostly what it built at start-
 the FastAPI app, the embedding model and its tokenizer — and none of it is ever garbage. Left at
 CPython's defaults, every full collection scans all of it on the event loop's thread, a pause
 every request in flight waits out, and a young collection runs every 700 net allocations, one or
-more per search (decision: "Garbage collection").
+more per search (docs/decisions/0017-gc-freeze.md).
 
 After start-up the service calls :func:`settle_heap`: one collection, then ``gc.freeze()`` moves
 every surviving object to a permanent generation that no collection scans; the youngest

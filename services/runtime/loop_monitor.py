@@ -4,7 +4,7 @@ Everything a service does in Python runs on one event loop, in one thread: the q
 request handling, parsing of Redis replies, the walk and the scoring, and a consumer's batches.
 When that thread is busy all the time, requests queue for it, and the pod's CPU can still look
 below its limit: the embedding's onnxruntime threads run beside the loop, so a saturated loop
-leaves the other cores partly idle (decision: "The event loop at c=16").
+leaves the other cores partly idle (docs/decisions/0019-query-process-bound-by-its-event-loop.md).
 
 :class:`LoopMonitor` runs on the loop as a task of its own. Every ``interval_s`` it asks the loop
 to wake it, and it records:

@@ -17,7 +17,8 @@ Each caller gets its own rows back.
 A call after a quiet spell that finds no batch running or queued is encoded right away on the
 event loop's thread when the inner embedder is local (it has ``embed_sync``) and the call is
 small (a query): a hand-off to a worker thread and back costs two thread wake-ups, which on
-loaded cores wait for a time slice each (decision: "Query embed stage"). The loop is held for
+loaded cores wait for a time slice each
+(docs/decisions/0013-query-embed-inline.md). The loop is held for
 one encode only when it has nothing else queued here; under load every call is "busy" and
 batches run in a worker thread, leaving the loop free while the model computes.
 

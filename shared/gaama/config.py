@@ -215,16 +215,17 @@ class RetrievalSettings(BaseModel):
     cap_reflections: int = Field(20, ge=0, le=1000)
     cap_episodes: int = Field(80, ge=0, le=1000)
     # Nodes the expansion admits at most: bounds the subgraph, and so the walk's cost, for any
-    # tenant size (decision: "Subgraph bound and read-ahead").
+    # tenant size (docs/decisions/0003-subgraph-bound-and-read-ahead.md).
     max_expanded: int = Field(300, ge=10, le=100000)
     # Expanded nodes (outside the KNN pool) scored per query: those with the most PPR mass among
     # the first ``expanded_read`` the expansion admitted (read in the expansion's own call)
-    # (decision: "Subgraph bound and read-ahead").
+    # (docs/decisions/0003-subgraph-bound-and-read-ahead.md).
     expanded_candidates: int = Field(80, ge=0, le=100000)
     expanded_read: int = Field(80, ge=0, le=100000)
     # Largest walk (subgraph nodes + stored adjacency entries) PPR runs in the request's own
     # thread; a larger one goes to a worker thread. For a short walk a worker only adds
-    # handoffs: the GIL keeps the loop waiting anyway (decision: "Where PPR runs").
+    # handoffs: the GIL keeps the loop waiting anyway
+    # (docs/decisions/0005-ppr-in-the-request-thread.md).
     # Bounded: a request may not hold the event loop for a long walk.
     ppr_inline_max: int = Field(4000, ge=0, le=20000)
     # Lexical channel (full-text BM25 over node text, fused with the KNN pool; docs/architecture.md,
@@ -311,7 +312,7 @@ class Settings(BaseSettings):
     # The query service's intra-op threads (in place of onnx_threads there): a search encodes one
     # short query, latency-bound, and a busy replica one coalesced batch; two threads that do not
     # spin use a spare core for one query without taking it from concurrent requests
-    # (decision: "Query embed stage: two threads").
+    # (docs/decisions/0012-query-embed-two-threads.md).
     query_onnx_threads: int = Field(2, ge=1, le=64)
     onnx_spin: bool = False
     # Batches of one embed call (GAAMA_EMBED_BATCH texts each) encoded at once, each on its own
@@ -327,7 +328,7 @@ class Settings(BaseSettings):
     # service has started, the objects of its start-up (libraries, the model) are frozen out of
     # the collector's scans, and the youngest generation is collected after this many net
     # container allocations (0: Python's default, 700), so collections come when cyclic garbage
-    # has piled up, not once per request (decision: "Garbage collection").
+    # has piled up, not once per request (docs/decisions/0017-gc-freeze.md).
     gc_freeze: bool = True
     gc_gen0_threshold: int = Field(50_000, ge=0, le=10_000_000)
 

@@ -48,7 +48,8 @@ def _normalise(m: np.ndarray) -> np.ndarray:
 #: libgomp's default (300,000 spins) keeps a worker spinning on another core well after an encode
 #: returns, while the rest of the request (event loop, PPR thread, Redis) needs that core; a
 #: short spin still bridges the gaps between the operators of one encode, which a worker that
-#: sleeps in every gap (OMP_WAIT_POLICY=PASSIVE) does not (decision: "OpenMP spinning").
+#: sleeps in every gap (OMP_WAIT_POLICY=PASSIVE) does not
+#: (docs/decisions/0006-openmp-spin-count.md).
 GOMP_SPINCOUNT = "10000"
 
 

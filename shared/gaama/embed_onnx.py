@@ -53,14 +53,14 @@ class OnnxMiniLMEmbedder:
         # One intra-op thread and no spinning by default (GAAMA_ONNX_THREADS, GAAMA_ONNX_SPIN):
         # intra-op threads meet at a barrier after every operator, so when the cores are shared
         # with other work a descheduled thread stalls the others, and spinning workers take the
-        # cores the rest of the service needs (decision: "Reading the embedding figures").
+        # cores the rest of the service needs (docs/decisions/0011-one-onnx-thread-per-batch.md).
         self.threads = max(1, threads)
         self.spin = spin
         # A call of several batches (ingest's and extraction's) runs up to ``lanes`` of them at
         # once, each a session run on its own thread. Unlike intra-op threads, which meet at a
         # barrier after every operator and stall whenever one of them is descheduled, lanes
         # share nothing but the session: a lane that gets no core delays only its own batch
-        # (GAAMA_ONNX_LANES) (decision: "Ingest: batch lanes").
+        # (GAAMA_ONNX_LANES) (docs/decisions/0014-ingest-batch-lanes.md).
         self.lanes = max(1, lanes)
         self.metrics = metrics
         self.variant = variant

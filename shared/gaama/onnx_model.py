@@ -18,7 +18,8 @@ test_onnx_embedder.py`` checks it against sentence-transformers on torch.
 The ``int8`` variant is the fp32 graph with its weights quantised by onnxruntime's dynamic
 quantisation (per channel), except the feed-forward output projection of each layer, which stays
 in fp32 so that the variant's vectors keep the cosine to sentence-transformers' that
-``tests/integration/test_onnx_embedder.py`` requires of it (decision: "Embedding backends").
+``tests/integration/test_onnx_embedder.py`` requires of it
+(docs/decisions/0009-onnx-fp32-default.md).
 fp32 is the default.
 """
 

@@ -46,7 +46,7 @@ def _positive(d: dict[str, Any], *names: str) -> None:
 
 
 def test_bench_query_smoke(stack: StackInfo, tmp_path: Path) -> None:
-    out, docs = tmp_path / "query.json", tmp_path / "benchmarks.md"
+    out, docs = tmp_path / "query.json", tmp_path / "performance.md"
     docs.write_text("# Benchmarks\n\n<!-- locomo:begin -->\nkeep me\n<!-- locomo:end -->\n")
     _bench(
         "query",
@@ -155,7 +155,7 @@ def test_bench_forget_smoke(stack: StackInfo, tmp_path: Path) -> None:
 
 
 def test_bench_embed_smoke(tmp_path: Path) -> None:
-    out, docs = tmp_path / "embed.json", tmp_path / "benchmarks.md"
+    out, docs = tmp_path / "embed.json", tmp_path / "performance.md"
     docs.write_text("# Benchmarks\n")
     _bench(
         "embed",

@@ -73,7 +73,7 @@ print(os.environ["GOMP_SPINCOUNT"])
 @pytest.mark.parametrize(("preset", "want"), [(None, GOMP_SPINCOUNT), ("4000", "4000")])
 def test_minilm_limits_openmp_spinning_before_torch_loads(preset: str | None, want: str):
     """libgomp reads GOMP_SPINCOUNT once, when torch loads it: the embedder sets its short spin
-    before that import (docs/benchmarks.md, "OpenMP spinning"), and an operator's value wins."""
+    before that import (docs/decisions/0006-openmp-spin-count.md), and an operator's value wins."""
     env = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
     if preset is not None:
         env["GOMP_SPINCOUNT"] = preset

@@ -181,7 +181,7 @@ def test_cli_end_to_end(
 ) -> None:
     import redis
 
-    docs = tmp_path / "docs" / "benchmarks.md"
+    docs = tmp_path / "docs" / "performance.md"
     docs.parent.mkdir()
     docs.write_text("# Benchmarks\n\n<!-- query:begin -->\nother\n<!-- query:end -->\n")
     out_json = tmp_path / "out.json"

@@ -1,5 +1,5 @@
-"""The KNN's hybrid policy, chosen from the tenant's size (cases measured with FT.PROFILE:
-docs/benchmarks.md, "KNN policy")."""
+"""The KNN's hybrid policy, chosen from the tenant's size (the measured cases:
+docs/decisions/0002-knn-hybrid-policy.md)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ choices the paper leaves open, made here:
   the paper's 80. In the graph modes it is the seeds (``graph_pool_min``, 40): the expansion's
   read-ahead adds up to ``expanded_candidates`` (80) nodes that the seeds link to, and a pool
   node past the seeds that the walk does not reach ranks below every seed on similarity alone
-  (50 at the defaults; docs/benchmarks.md, "The KNN pool in the graph modes").
+  (docs/decisions/0001-knn-pool-in-graph-modes.md).
 - **Expansion** visits ``hops`` rings around the seeds, following edges both ways, in one
   server-side script call (:meth:`GraphStore.expand`). **Hubs (store degree >
   ``hub_degree``) are not expanded through**: their edges to nodes reached from elsewhere stay in
@@ -22,7 +22,7 @@ choices the paper leaves open, made here:
   read. The subgraph holds every edge read on the way; edges between nodes whose adjacency was
   not read (the outermost ring, nodes reached after the subgraph filled) are left out. Every
   node's degree for hub detection is its full store degree (the bound's recall:
-  docs/benchmarks.md, "Subgraph bound and read-ahead").
+  docs/decisions/0003-subgraph-bound-and-read-ahead.md).
 - **Expanded candidates.** The KNN pool holds the most similar nodes of the tenant, so an
   expanded node outside it is less similar than every pool node and only PPR can lift it. The
   expansion's own call also reads the stored fields and the float16 vector of the first

@@ -18,7 +18,8 @@ from gaama import ids
 from gaama.model import Edge, EdgeKind, Neighbour, Node, NodeKind
 
 #: The vector, float16: indexed (HNSW, cosine) and read by retrieval's read-ahead, in half the
-#: bytes of float32 (decision: "Vector memory"). A field of its own name, not the float32
+#: bytes of float32
+#: (docs/decisions/0008-float16-vectors-stored-once.md). A field of its own name, not the float32
 #: field's: an index of the old layout keeps serving while
 #: ``gaama migrate vectors`` builds the new one beside it.
 VECTOR_FIELD = "embedding_f16"

@@ -50,7 +50,8 @@ class GraphStore(SubgraphReads):
         self._append = scripts.register(redis, "append_episode.lua")
         self._refresh_degrees = scripts.register(redis, "refresh_degrees.lua")
         # HGETALL, HMGET and EXISTS over a batch: one script call, because redis-py's cost per
-        # command dominates a pipeline of single commands (decision: "Batched reads").
+        # command dominates a pipeline of single commands
+        # (docs/decisions/0007-batched-reads-script-or-pipeline.md).
         self._batched = scripts.register(redis, "batched_read.lua")
         self._of_kind = scripts.register(redis, "neighbours_of_kind.lua")
         self._supersede = scripts.register(redis, "supersede.lua")

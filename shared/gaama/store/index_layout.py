@@ -26,11 +26,11 @@ from gaama.store.validity import VALIDITY_INDEXED
 HNSW_M = 16
 #: What examining one HNSW candidate costs, in brute-force comparisons of one vector, as the
 #: client sees it (a search's fixed cost included) with the candidates counted as
-#: :func:`hybrid_policy` counts them (decision: "The KNN pool in the graph modes").
+#: :func:`hybrid_policy` counts them (docs/decisions/0002-knn-hybrid-policy.md).
 HNSW_CANDIDATE_COST = 16
 #: HNSW's answer is approximate and brute force's exact, so HNSW runs only when it at least halves
 #: the cost: a saving smaller than that is not worth the recall it gives up
-#: (decision: "KNN policy").
+#: (docs/decisions/0002-knn-hybrid-policy.md).
 HNSW_MIN_SAVING = 2
 
 
