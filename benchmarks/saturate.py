@@ -1,7 +1,8 @@
 """``python -m benchmarks pipeline --saturate``: the pipeline's throughput at saturation.
 
 The embedded stack (unless ``--redis-url``/``--kafka-bootstrap`` name running servers) and the
-services ingest, extract and reflect as processes (the offline extractor), each tenant empty. For 1 and then 2 extract processes (one consumer group), three phases on a tenant each:
+services ingest, extract and reflect as processes (the offline extractor), each tenant empty.
+For 1 and then 2 extract processes (one consumer group), three phases on a tenant each:
 
 - **saturation**: ``--turns`` turns produced as fast as the pipeline takes them (a producer that
   keeps at most ``IN_FLIGHT`` turns sent but not yet extracted), until every one is extracted
@@ -10,8 +11,8 @@ services ingest, extract and reflect as processes (the offline extractor), each 
   spent over it per 1,000 turns; ``turns_per_cpu_s`` the turns over ingest + extract + reflect's
   CPU seconds; ``embedding_share`` the part of each stage's CPU spent off the main thread (the
   event loop runs there, the MiniLM calls on worker threads; ``embedding_wall_s_per_1k`` is
-  their ``gaama_<svc>_embedding_seconds``, wall time that includes waiting for a core); ``redis_bytes_per_turn`` the growth of Redis'
-  ``used_memory`` over the turns.
+  their ``gaama_<svc>_embedding_seconds``, wall time that includes waiting for a core);
+  ``redis_bytes_per_turn`` the growth of Redis' ``used_memory`` over the turns.
 - **50 %** and **80 %**: ``--seconds`` of turns at that share of the saturation rate, then the
   drain; freshness from sending a turn until its episode is stored, and until its chunk's facts
   are stored (the episode's extracted mark, written in the MULTI/EXEC that writes the facts and
@@ -100,15 +101,17 @@ class Tracker:
     sent_at: dict[str, float]
     stored_at: dict[str, float]
     extracted_at: dict[str, float]
+    room: asyncio.Event  # set by each poll: the producer may look at in_flight() again
 
     @classmethod
     def of(cls, graph: GraphStore, tenant: str) -> Tracker:
-        return cls(graph, tenant, {}, {}, {})
+        return cls(graph, tenant, {}, {}, {}, asyncio.Event())
 
     def in_flight(self) -> int:
         return len(self.sent_at) - len(self.extracted_at)
 
     async def poll(self) -> None:
+        self.room.set()
         waiting = [e for e in self.sent_at if e not in self.extracted_at]
         if not waiting:
             return
@@ -217,10 +220,9 @@ async def run_phase(
                     await asyncio.sleep(delay)
             else:
                 while track.in_flight() >= IN_FLIGHT:
-                    await asyncio.sleep(opts.poll_s)
-            track.sent_at[ids.episode_id(t.tenant, t.conversation, t.turn_id)] = (
-                time.perf_counter()
-            )
+                    track.room.clear()
+                    await track.room.wait()
+            track.sent_at[ids.episode_id(t.tenant, t.conversation, t.turn_id)] = time.perf_counter()
             key = conversation_key(t.tenant, t.conversation)
             futures.append(await producer.send(topic, value=encode(t), key=key))
         await producer.flush()
@@ -269,9 +271,7 @@ async def run_phase(
         "turns_per_s": round(n / wall, 1),
         "cpu_s_per_1k": {s: round(cpu[s] / n * 1000, 2) for s in cpu},
         "turns_per_cpu_s": round(n / own, 1) if own else 0.0,
-        "embedding_share": {
-            s: round(off_main[s] / cpu[s], 3) if cpu[s] else 0.0 for s in STAGES
-        },
+        "embedding_share": {s: round(off_main[s] / cpu[s], 3) if cpu[s] else 0.0 for s in STAGES},
         "embedding_wall_s_per_1k": {s: round(emb[s] / n * 1000, 2) for s in STAGES},
         "redis_bytes_per_turn": round(mem / n),
     } | track.figures()
@@ -320,7 +320,9 @@ async def _run(opts: Options, redis_url: str, bootstrap: str) -> dict[str, Any]:
                     await extra_proc.astart(240)
                     procs["extract"].append(extra_proc)
 
-                def phase_turns(name: str, n: int) -> tuple[str, list[TurnReceived]]:
+                def phase_turns(
+                    name: str, n: int, replicas: int = replicas
+                ) -> tuple[str, list[TurnReceived]]:
                     tenant = f"bench-sat-{replicas}x-{name}"
                     tenants.append(tenant)
                     convs = min(CONVERSATIONS, max(1, n // opts.session_turns))
