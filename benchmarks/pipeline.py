@@ -674,7 +674,7 @@ def _cli(args: argparse.Namespace) -> int:
                 else "bench-results/pipeline.json"
             )
         ),
-        docs=Path(args.docs or "docs/benchmarks.md") if args.write_docs else None,
+        docs=Path(args.docs) if args.write_docs else None,
         progress=not args.no_progress,
         command=command_line(args),
     )
@@ -707,7 +707,7 @@ def _saturate_cli(args: argparse.Namespace) -> int:
         redis_url=args.redis_url,
         kafka_bootstrap=args.kafka_bootstrap,
         json_path=Path(args.json or "bench-results/pipeline-saturate.json"),
-        docs=(Path(args.docs) if args.docs else saturate.docs_path()) if args.write_docs else None,
+        docs=Path(args.docs) if args.write_docs else None,
         progress=not args.no_progress,
         command=shlex.join(argv),
     )
@@ -784,6 +784,6 @@ def register(sub: SubParsers) -> None:
     p.add_argument(
         "--write-docs", action="store_true", help="update the Pipeline section of the docs"
     )
-    p.add_argument("--docs", default=None, help=argparse.SUPPRESS)
+    p.add_argument("--docs", default="docs/benchmarks.md", help=argparse.SUPPRESS)
     p.add_argument("--no-progress", action="store_true", help="no progress line")
     p.set_defaults(func=_cli)

@@ -462,12 +462,10 @@ def main(opts: Options) -> dict[str, Any]:
         opts.json_path.parent.mkdir(parents=True, exist_ok=True)
         opts.json_path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
     if opts.docs:
-        write_section(opts.docs, DOCS_BEGIN, DOCS_END, docs_section(doc))
+        write_docs(doc, opts.docs)
     return doc
 
 
-def docs_path(root: Path = Path()) -> Path:
-    """Where ``--write-docs`` puts the section: docs/performance.md when it exists, else
-    docs/benchmarks.md."""
-    perf = root / "docs" / "performance.md"
-    return perf if perf.exists() else root / "docs" / "benchmarks.md"
+def write_docs(doc: dict[str, Any], path: Path) -> None:
+    """Put :func:`docs_section` of ``doc`` between the saturation markers of ``path``."""
+    write_section(path, DOCS_BEGIN, DOCS_END, docs_section(doc))
