@@ -8,7 +8,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: install run test test-unit test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget bench-pipeline chaos dev-up dev-down clean
+.PHONY: install run test test-unit test-fast test-cluster lint format bench-ingest bench-query bench-embed bench-locomo bench-forget bench-pipeline bench-saturate chaos dev-up dev-down clean
 
 install: $(STAMP)
 
@@ -79,6 +79,10 @@ bench-forget: install
 
 bench-pipeline: install
 	$(BIN)/python -m benchmarks pipeline --write-docs
+
+## Throughput at saturation: turns/s, CPU per stage, freshness at 50 % / 80 %, 1 and 2 extract.
+bench-saturate: install
+	$(BIN)/python -m benchmarks pipeline --saturate --write-docs
 
 ## Kills and outages (services, Redis, broker, LLM) against a clean run; exits 1 if one fails.
 chaos: install

@@ -75,6 +75,7 @@ MIN_EXTRACT_TURNS_PER_S = 100.0
 MAX_FACT_FRESH_FACTOR = 3.0
 STAGES = ("ingest", "extract", "reflect")
 DEFAULT_SIZES = (1000, 10000, 50000)
+DEFAULT_TURNS = 300
 STALL_TIMEOUT_S = 180.0  # nothing new for this long: the pipeline is stuck, give up
 WARM_TENANT = "bench-warm"
 LIST_LIMIT = 200
@@ -85,7 +86,7 @@ _EPOCH = datetime(2026, 1, 5, tzinfo=UTC).timestamp()  # live turns come after t
 @dataclass(slots=True)
 class Options:
     sizes: tuple[int, ...] = DEFAULT_SIZES
-    turns: int = 300  # live turns per size
+    turns: int = DEFAULT_TURNS  # live turns per size
     rate: float = 10.0  # turns/s produced
     conversations: int = 10
     session_turns: int = 5
@@ -104,9 +105,11 @@ class Options:
 # --- CPU of the service processes ---------------------------------------------------------------
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (all its threads) so far."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
+def cpu_seconds(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of process ``pid`` (all its threads) so far; of its thread
+    ``thread`` only when given."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    stat = Path(path).read_text()
     # the command name (field 2) may hold spaces; the fields after its ")" are fixed
     fields = stat.rsplit(")", 1)[1].split()
     ticks = int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of proc(5))
@@ -640,6 +643,10 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def _cli(args: argparse.Namespace) -> int:
+    if args.saturate:
+        return _saturate_cli(args)
+    if args.turns is None:
+        args.turns = DEFAULT_TURNS
     if args.turns < 1 or args.rate <= 0 or args.conversations < 1 or args.session_turns < 1:
         print(
             "python -m benchmarks pipeline: --turns, --rate, --conversations and "
@@ -675,6 +682,39 @@ def _cli(args: argparse.Namespace) -> int:
     return 0
 
 
+def _saturate_cli(args: argparse.Namespace) -> int:
+    from benchmarks import saturate
+
+    turns = saturate.DEFAULT_TURNS if args.turns is None else args.turns
+    if turns < 1 or args.seconds <= 0 or args.session_turns < 1:
+        print(
+            "python -m benchmarks pipeline --saturate: --turns, --seconds and --session-turns "
+            "must be positive",
+            file=sys.stderr,
+        )
+        return 2
+    argv = ["python", "-m", "benchmarks", "pipeline", "--saturate", "--turns", str(turns)]
+    argv += ["--seconds", f"{args.seconds:g}", "--replicas", ",".join(map(str, args.replicas))]
+    if args.write_docs:
+        argv.append("--write-docs")
+    opts = saturate.Options(
+        turns=turns,
+        seconds=args.seconds,
+        replicas=args.replicas,
+        session_turns=args.session_turns,
+        chunk_idle_s=args.chunk_idle_s,
+        poll_s=min(args.poll_s, saturate.DEFAULT_POLL_S),
+        redis_url=args.redis_url,
+        kafka_bootstrap=args.kafka_bootstrap,
+        json_path=Path(args.json or "bench-results/pipeline-saturate.json"),
+        docs=Path(args.docs) if args.write_docs else None,
+        progress=not args.no_progress,
+        command=shlex.join(argv),
+    )
+    saturate.main(opts)
+    return 0
+
+
 def register(sub: SubParsers) -> None:
     """Add the ``pipeline`` benchmark to the ``python -m benchmarks`` command."""
     p = sub.add_parser(
@@ -689,7 +729,31 @@ def register(sub: SubParsers) -> None:
         default=DEFAULT_SIZES,
         help="turns already in each tenant, comma-separated (default 1000,10000,50000)",
     )
-    p.add_argument("--turns", type=int, default=300, help="live turns per size (default 300)")
+    p.add_argument(
+        "--turns",
+        type=int,
+        default=None,
+        help="live turns per size (default 300); with --saturate, turns of each saturation run "
+        "(default 3000)",
+    )
+    p.add_argument(
+        "--saturate",
+        action="store_true",
+        help="throughput at saturation instead (benchmarks/saturate.py): turns/s, CPU per stage "
+        "and freshness at 50 %% and 80 %% of it, with 1 and 2 extract processes",
+    )
+    p.add_argument(
+        "--seconds",
+        type=float,
+        default=30.0,
+        help="with --saturate: produce time of each 50 %% / 80 %% run (default 30)",
+    )
+    p.add_argument(
+        "--replicas",
+        type=_sizes,
+        default=(1, 2),
+        help="with --saturate: extract process counts, comma-separated (default 1,2)",
+    )
     p.add_argument("--rate", type=float, default=10.0, help="turns/s produced (default 10)")
     p.add_argument("--conversations", type=int, default=10, help="live conversations per size")
     p.add_argument("--session-turns", type=int, default=5, help="turns per session")

@@ -8,7 +8,12 @@ figures must be exactly the differences the script wrote.
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +28,7 @@ from gaama.store.vectors import VectorIndex
 pytestmark = pytest.mark.requires_stack
 
 T = "acme"
+ROOT = Path(__file__).resolve().parents[2]
 WHEN = datetime(2024, 1, 1, tzinfo=UTC).timestamp()
 
 
@@ -135,3 +141,54 @@ def test_cpu_seconds_counts_this_process() -> None:
     while cpu_seconds(os.getpid()) - before < 0.05:  # burns CPU until the counter moves
         x += 1
     assert cpu_seconds(os.getpid()) > before
+
+
+def test_bench_pipeline_saturate_smoke(stack, tmp_path: Path) -> None:
+    """``python -m benchmarks pipeline --saturate`` at a tiny size, as ``make`` runs it: the
+    report has every field per extract-replica count and phase, and the docs section its table
+    between the markers (other sections kept)."""
+    from benchmarks.saturate import DOCS_BEGIN, DOCS_END
+
+    out, docs = tmp_path / "sat.json", tmp_path / "performance.md"
+    docs.write_text("# Performance\n\n<!-- other:begin -->\nkeep me\n<!-- other:end -->\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GAAMA_")}
+    env |= {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    if os.environ.get("GAAMA_TEST_REDIS_CLUSTER"):
+        env["GAAMA_REDIS_CLUSTER"] = "true"
+    args = ["pipeline", "--saturate", "--turns", "40", "--seconds", "2", "--replicas", "1,2"]
+    args += ["--redis-url", stack.redis_url, "--kafka-bootstrap", stack.kafka_bootstrap]
+    args += ["--json", str(out), "--write-docs", "--docs", str(docs)]
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "saturation" in done.stderr  # progress lines go to stderr
+    doc = json.loads(out.read_text())
+    assert [c["extract_replicas"] for c in doc["configs"]] == [1, 2]
+    for config in doc["configs"]:
+        sat = config["saturation"]
+        assert sat["turns"] == 40 and sat["produce_rate"] is None
+        assert sat["turns_per_s"] > 0 and sat["turns_per_cpu_s"] > 0
+        assert set(sat["cpu_s_per_1k"]) == {"ingest", "extract", "reflect"}
+        assert all(v > 0 for v in sat["cpu_s_per_1k"].values())
+        assert all(0 <= v <= 1 for v in sat["embedding_share"].values())
+        assert isinstance(sat["redis_bytes_per_turn"], int)  # noise at this size: any sign
+        for phase in ("50pct", "80pct"):
+            row = config[phase]
+            assert row["produce_rate"] == round(
+                {"50pct": 0.5, "80pct": 0.8}[phase] * sat["turns_per_s"], 1
+            )
+            assert 0 < row["fact_fresh_p50_s"] <= row["fact_fresh_p99_s"]
+            assert 0 < row["episode_fresh_p50_s"] <= row["fact_fresh_p99_s"]
+    assert set(doc["targets"]) == {"turns_per_cpu_s", "fact_fresh_p99_s_at_80pct"}
+    text = docs.read_text()
+    assert "keep me" in text
+    section = text.split(DOCS_BEGIN, 1)[1].split(DOCS_END, 1)[0]
+    assert "## Pipeline at saturation" in section
+    assert section.count("\n| 1 |") == 1 and section.count("\n| 2 |") == 1

@@ -433,6 +433,13 @@ def read_claim(text: str, names: Sequence[str]) -> Claim | None:
         text: A fact's text (third person as extracted, or first person as said).
         names: How the holder may be named (the subject's name; "I" always counts).
     """
+    return _read_claim(text, tuple(names))
+
+
+# A pure function of its arguments returning a frozen Claim: every new fact of a person is
+# compared with each of that person's current facts, so the same texts are read again and again.
+@lru_cache(maxsize=8192)
+def _read_claim(text: str, names: tuple[str, ...]) -> Claim | None:
     raw = _clean(text)
     if not raw or raw.endswith("?"):
         return None
