@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 
 from gaama.episodes import episode_node
 from gaama.events import TOPIC_TURNS, conversation_key
-from gaama.metrics import StageMetrics, http_error_metric
+from gaama.metrics import StageMetrics, http_error_metric, key_reload_metric
 from services.ingest.handlers import (
     IngestDeps,
     bound_turns,
@@ -116,7 +116,7 @@ def create_http_app(
         docs_url="/docs" if s.http_docs else None,
         redoc_url=None,
     )
-    auth = Authenticator(s)
+    auth = Authenticator(s, key_reload_metric("ingest", registry))
     admission = Admission(
         0,
         s.ingest_tenant_rate,

@@ -38,7 +38,7 @@ from gaama import ids, tracing
 from gaama.client import AsyncGaamaClient
 from gaama.config import Settings
 from gaama.events import describe
-from gaama.metrics import McpMetrics, loop_metrics
+from gaama.metrics import McpMetrics, key_reload_metric, loop_metrics
 from gaama.retrieval.search import BUDGET_MAX, BUDGET_MIN, K_MAX
 from services.mcp import handlers as h
 from services.mcp.settings import McpSettings
@@ -615,7 +615,9 @@ def create_http_app(
         ],
         middleware=[
             Middleware(TraceRequests),
-            Middleware(ApiKeyGate, auth=Authenticator(settings)),
+            Middleware(
+                ApiKeyGate, auth=Authenticator(settings, key_reload_metric("mcp", registry))
+            ),
         ],
         lifespan=lifespan,
     )

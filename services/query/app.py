@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from gaama.errors import StoreUnavailable
-from gaama.metrics import graph_size_gauge
+from gaama.metrics import graph_size_gauge, key_reload_metric
 from services.query.auth import Reader
 from services.query.explorer import register_explorer
 from services.query.handlers import (
@@ -83,7 +83,7 @@ def create_app(
         redoc_url="/redoc" if docs else None,
     )
     app.state.deps = deps
-    app.state.auth = Authenticator(deps.settings)
+    app.state.auth = Authenticator(deps.settings, key_reload_metric("query", registry))
     s = deps.settings
     app.state.admission = Admission(
         s.tenant_concurrency, s.tenant_rate, s.tenant_burst, tenant_metrics("query", registry)

@@ -29,6 +29,8 @@ from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from prometheus_client import Counter
+
 from gaama.config import (
     API_KEY_MAX,
     ApiKey,
@@ -119,8 +121,9 @@ class Caller:
 class KeyRing:
     """The keys in force: the settings' API and signing keys plus the reloadable key file's."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, reload_failures: Counter | None = None) -> None:
         self._static = list(settings.api_keys)
+        self._reload_failures = reload_failures
         self._static_signing = list(settings.signing_keys)
         self._path = settings.api_keys_file
         self._every = settings.api_keys_reload_s
@@ -171,6 +174,8 @@ class KeyRing:
             if strict:
                 raise ConfigError(f"API keys: {exc}") from None
             self.reload_errors += 1
+            if self._reload_failures is not None:
+                self._reload_failures.inc()
             log.error("API key file not reloaded, the previous keys stay in force: %s", exc)
             return
         self._stamp = stamp
@@ -222,8 +227,8 @@ class FailureThrottle:
 class Authenticator:
     """Maps a request's headers and client address to its tenant, or raises AuthError."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.ring = KeyRing(settings)
+    def __init__(self, settings: Settings, reload_failures: Counter | None = None) -> None:
+        self.ring = KeyRing(settings, reload_failures)
         self.skew_s = settings.token_clock_skew_s
         self.max_ttl_s = settings.token_max_ttl_s
         self.throttle = FailureThrottle(settings.auth_fail_limit, settings.auth_fail_window_s)

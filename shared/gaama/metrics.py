@@ -258,6 +258,14 @@ def http_error_metric(service: str, registry: CollectorRegistry) -> Counter:
     )
 
 
+def key_reload_metric(service: str, registry: CollectorRegistry) -> Counter:
+    """``gaama_<service>_api_keys_reload_failures_total``: re-reads of the key file that failed
+    (unreadable, not JSON, an invalid entry); the keys in force before stay in force."""
+    return Declare(service, registry).counter(
+        "api_keys_reload_failures_total", "Key file re-reads that failed (previous keys kept)"
+    )
+
+
 def graph_size_gauge(service: str, registry: CollectorRegistry) -> Gauge:
     g = Declare(service, registry).gauge(
         "graph_nodes", "Nodes in the index, by kind (all tenants)", ["kind"]

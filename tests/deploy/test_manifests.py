@@ -76,6 +76,7 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.gc_pause_metric("ingest", r),
         lambda r: gm.loop_metrics("ingest", r),
         lambda r: gm.http_error_metric("ingest", r),
+        lambda r: gm.key_reload_metric("ingest", r),
         lambda r: tenant_metrics("ingest", r),
     ],
     "extract": [
@@ -103,8 +104,13 @@ SERVICE_METRICS: dict[str, list[Callable[[CollectorRegistry], object]]] = {
         lambda r: gm.graph_size_gauge("query", r),
         lambda r: gm.forget_metrics("query", r),
         lambda r: tenant_metrics("query", r),
+        lambda r: gm.key_reload_metric("query", r),
     ],
-    "mcp": [lambda r: gm.mcp_metrics(r, MCP_TOOLS), lambda r: gm.loop_metrics("mcp", r)],
+    "mcp": [
+        lambda r: gm.mcp_metrics(r, MCP_TOOLS),
+        lambda r: gm.loop_metrics("mcp", r),
+        lambda r: gm.key_reload_metric("mcp", r),
+    ],
 }
 # Series that do not come from our code, each with where it comes from.
 EXTERNAL_METRICS = {

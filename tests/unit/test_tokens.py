@@ -418,3 +418,24 @@ def test_cli_keygen_mint_verify(
         assert needle in capsys.readouterr().err
     assert cli.main(["token", "verify", token[:-2] + "xx"]) == 2
     assert "bad_signature" in capsys.readouterr().err
+
+
+def test_a_failed_key_file_reload_is_counted_and_keeps_the_keys(
+    tmp_path: Path, plain_settings: Settings
+) -> None:
+    from prometheus_client import CollectorRegistry
+
+    from gaama.metrics import key_reload_metric
+
+    path = tmp_path / "keys.json"
+    path.write_text(json.dumps([{"key_sha256": hash_api_key("key-a"), "tenant": "acme"}]))
+    registry = CollectorRegistry()
+    failures = key_reload_metric("query", registry)
+    s = plain_settings.model_copy(update={"api_keys_file": str(path), "api_keys_reload_s": 0.01})
+    auth = Authenticator(s, failures)
+    name = "gaama_query_api_keys_reload_failures_total"
+    assert registry.get_sample_value(name) == 0
+    path.write_text("{not json")
+    time.sleep(0.05)
+    assert auth.principal({"x-api-key": "key-a"}, "10.0.0.1").tenant == "acme"  # kept
+    assert registry.get_sample_value(name) == 1
