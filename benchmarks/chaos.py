@@ -189,8 +189,9 @@ SHORT = (
     Scenario("extract-kill", "kill -9 extract, restart", kills=("extract",)),
     Scenario("reflect-kill", "kill -9 reflect, restart", kills=("reflect",)),
     Scenario("redis-stop", "Redis SIGSTOP 20 s, SIGCONT", redis_stop_s=20.0),
-    SCENARIOS["scale-extract"],
 )
+# The scale scenarios run in `make chaos`, not in the CI set: on the dev broker (Tansu) a
+# consumer group that loses members can stop assigning partitions (docs/decisions/0151).
 
 
 @dataclass

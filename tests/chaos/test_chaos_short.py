@@ -1,6 +1,5 @@
-"""``python -m benchmarks chaos --short`` as CI runs it: a kill -9 of each consumer service, a
-20 s Redis stop and extract scaled 1 → 3 → 1 replicas under a steady load, each in its own run on
-a fresh embedded stack, against a clean reference run.
+"""``python -m benchmarks chaos --short`` as CI runs it: a kill -9 of each consumer service and a
+20 s Redis stop, each in its own run on a fresh embedded stack, against a clean reference run.
 
 The command runs as ``make chaos`` runs it (a subprocess with its own stacks); the assertions
 are on the report it writes, so a failed scenario names what it lost, duplicated or
@@ -52,7 +51,6 @@ def test_chaos_short(tmp_path: Path) -> None:
         "extract-kill",
         "reflect-kill",
         "redis-stop",
-        "scale-extract",
     }
     for name, r in rows.items():
         what = {k: r[k] for k in ("lost", "duplicated", "dlq_unexpected", "exited", "left_behind")}
@@ -60,7 +58,4 @@ def test_chaos_short(tmp_path: Path) -> None:
         # Poison may be dead-lettered twice (a kill before ingest committed): at least once.
         assert r["turns_in"] > 0 and r["poison_injected"] > 0 and r["poison_missing"] == 0
         assert r["faults"], f"{name}: no fault was carried out"
-    # The scale run really ran three extract replicas in one group, and ended with one.
-    assert rows["scale-extract"]["peak_replicas"]["extract"] == 3
-    assert rows["scale-extract"]["faults"][-1].endswith("to extract 1")
     assert code == 0, said

@@ -36,7 +36,10 @@ def promtool() -> str:
 
 def test_promtool_accepts_the_rules(promtool: str) -> None:
     proc = subprocess.run(
-        [promtool, "check", "rules", "--lint-fatal", str(ALERTS)], capture_output=True, text=True, check=False
+        [promtool, "check", "rules", "--lint-fatal", str(ALERTS)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
